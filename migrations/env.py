@@ -1,0 +1,48 @@
+"""Alembic environment: metadata comes from the package, the connection from the caller."""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import Connection
+
+from quota_ledger.driver.dialect import build_engine
+from quota_ledger.driver.schema import metadata
+from quota_ledger.migrate import VERSION_TABLE
+
+config = context.config
+
+
+def run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        compare_type=True,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def main() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run(connection)
+        return
+    # Command-line alembic: this file is an entry point, so it may read the environment.
+    url = config.get_main_option("sqlalchemy.url") or os.environ.get(
+        "QUOTA_LEDGER_DB", "sqlite:///quota-ledger.db"
+    )
+    engine = build_engine(url)
+    try:
+        with engine.connect() as conn:
+            run(conn)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are not supported; run against a database")
+main()

@@ -1,0 +1,61 @@
+"""Recompute what every counter must hold from the ledger's history: pure arithmetic.
+
+``in_use`` of a queue counter is the sum of the journal (commits minus releases) for that
+queue and resource; ``reserved`` is the sum of its pending reservation items. A subtree
+counter holds the sums over its queue and every queue below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from quota_ledger.limits import QUEUE, Counter
+from quota_ledger.queues import in_subtree
+from quota_ledger.values import Drift
+
+Sums = Mapping[tuple[str, str], int]
+
+
+def expected_values(counter: Counter, in_use: Sums, reserved: Sums) -> tuple[int, int]:
+    """``(in_use, reserved)`` that ``counter`` must hold according to the history."""
+    if counter.scope_type == QUEUE:
+        key = (counter.scope, counter.resource)
+        return in_use.get(key, 0), reserved.get(key, 0)
+    return (
+        _subtree_total(in_use, counter.scope, counter.resource),
+        _subtree_total(reserved, counter.scope, counter.resource),
+    )
+
+
+def _subtree_total(sums: Sums, queue: str, resource: str) -> int:
+    return sum(v for (q, r), v in sums.items() if r == resource and in_subtree(q, queue))
+
+
+def find_drift(
+    partition: str, counters: Iterable[Counter], in_use: Sums, reserved: Sums
+) -> list[Drift]:
+    """Every counter whose stored values differ from the history."""
+    drifts = []
+    for counter in counters:
+        want_in_use, want_reserved = expected_values(counter, in_use, reserved)
+        if (counter.in_use, counter.reserved) != (want_in_use, want_reserved):
+            drifts.append(
+                Drift(
+                    partition=partition,
+                    scope_type=counter.scope_type,
+                    scope=counter.scope,
+                    resource=counter.resource,
+                    in_use=counter.in_use,
+                    reserved=counter.reserved,
+                    expected_in_use=want_in_use,
+                    expected_reserved=want_reserved,
+                )
+            )
+    return drifts
+
+
+def missing_queue_counters(counters: Iterable[Counter], in_use: Sums, reserved: Sums) -> list[tuple[str, str]]:
+    """(queue, resource) pairs the history has usage for but no queue counter exists."""
+    have = {(c.scope, c.resource) for c in counters if c.scope_type == QUEUE}
+    needed = {k for k, v in in_use.items() if v} | {k for k, v in reserved.items() if v}
+    return sorted(needed - have)

@@ -1,0 +1,121 @@
+"""DbQuotaDriver: owns the database engine and runs each ledger transaction with bounded retries."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Engine, exc, select
+from sqlalchemy.engine import URL
+
+from quota_ledger.driver import dialect
+from quota_ledger.driver.schema import quota_partitions
+from quota_ledger.driver.statements import LedgerTx, MissingCounters
+from quota_ledger.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
+
+T = TypeVar("T")
+log = logging.getLogger("quota_ledger.driver")
+
+
+class DbQuotaDriver:
+    """Holds all SQL of the ledger. :class:`~quota_ledger.QuotaEngine` holds the policy.
+
+    ``run(work)`` executes ``work(tx)`` in one transaction. Deadlocks, serialization failures,
+    lock timeouts, SQLite busy errors and lost connections roll the whole transaction back and
+    run it again, at most ``max_attempts`` times with jittered exponential backoff; every
+    operation of the engine is written so that running it again is safe.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_attempts: int = 10,
+        backoff_base: float = 0.005,
+        backoff_cap: float = 0.5,
+    ) -> None:
+        self.engine = engine
+        self.backend = engine.dialect.name
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self._lock = threading.Lock()
+        #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``, ``create``)
+        self.retries: Tally[str] = Tally()
+
+    @classmethod
+    def from_url(cls, url: str | URL, *, pool_size: int = 10, echo: bool = False) -> DbQuotaDriver:
+        return cls(dialect.build_engine(url, pool_size=pool_size, echo=echo))
+
+    @property
+    def url(self) -> URL:
+        return self.engine.url
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def run(self, work: Callable[[LedgerTx], T], *, isolation: str | None = None) -> T:
+        """Run ``work`` in one transaction, retrying the whole of it on transient failures."""
+        attempt = 0
+        creations = 0
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    if isolation is not None and self.backend != "sqlite":
+                        conn.execution_options(isolation_level=isolation)
+                    with conn.begin():
+                        return work(LedgerTx(conn, self.backend, attempt))
+            except MissingCounters as missing:
+                creations += 1
+                self._count("create")
+                if creations > self.max_attempts:
+                    raise DatabaseUnavailable("could not create usage counters") from missing
+                self._create(missing)
+            except exc.DBAPIError as error:
+                kind = dialect.classify(error)
+                if kind == dialect.MISSING_SCHEMA:
+                    raise SchemaNotReady() from error
+                if kind == dialect.FATAL:
+                    raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
+                attempt += 1
+                self._count(kind)
+                if attempt >= self.max_attempts:
+                    raise DatabaseUnavailable(
+                        f"gave up after {attempt} attempts ({kind}): {type(error.orig).__name__}"
+                    ) from error
+                self._sleep(attempt)
+            except (exc.TimeoutError, exc.DisconnectionError) as error:
+                # Pool exhausted or a connection that failed its check: nothing was sent.
+                attempt += 1
+                self._count("disconnect")
+                if attempt >= self.max_attempts:
+                    raise DatabaseUnavailable(str(error)) from error
+                self._sleep(attempt)
+
+    def partitions(self) -> list[str]:
+        """Every partition that has ever held a counter."""
+
+        def work(tx: LedgerTx) -> list[str]:
+            return list(tx.conn.execute(select(quota_partitions.c.name).order_by(quota_partitions.c.name)).scalars())
+
+        return self.run(work)
+
+    def _create(self, missing: MissingCounters) -> None:
+        def work(tx: LedgerTx) -> None:
+            tx.create_missing(missing.partition, missing.pairs, tx.db_now())
+
+        self.run(work)
+
+    def _sleep(self, attempt: int) -> None:
+        cap = min(self.backoff_cap, self.backoff_base * 2**attempt)
+        time.sleep(random.uniform(0, cap))  # noqa: S311 - jitter, not cryptography
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.retries[kind] += 1
+        log.debug("retrying transaction: %s", kind)

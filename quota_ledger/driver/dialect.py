@@ -1,0 +1,182 @@
+"""Everything that differs between PostgreSQL, MariaDB/MySQL and SQLite, in one place."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, create_engine, event, exc, insert
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ClauseElement, Insert
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.schema import Table
+
+# First key of PostgreSQL's two-int advisory locks, so ours never collide with an application's.
+ADVISORY_NAMESPACE = 0x51_4C_44  # "QLD"
+
+
+class utcnow(FunctionElement[Any]):  # noqa: N801 - reads like a SQL function
+    """The database server's clock as naive UTC, read when the statement runs."""
+
+    type = DateTime()
+    inherit_cache = True
+
+
+@compiles(utcnow, "postgresql")
+def _pg_utcnow(element: ClauseElement, compiler: SQLCompiler, **kw: Any) -> str:
+    return "TIMEZONE('UTC', clock_timestamp())"
+
+
+@compiles(utcnow, "mysql")
+@compiles(utcnow, "mariadb")
+def _my_utcnow(element: ClauseElement, compiler: SQLCompiler, **kw: Any) -> str:
+    return "UTC_TIMESTAMP(6)"
+
+
+@compiles(utcnow, "sqlite")
+def _lite_utcnow(element: ClauseElement, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLAlchemy stores SQLite datetimes as 'YYYY-MM-DD HH:MM:SS.ffffff'; %f gives SS.mmm.
+    return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Pick the drivers this package installs when a URL names none."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif parsed.drivername in ("mysql", "mariadb"):
+        parsed = parsed.set(drivername=f"{parsed.drivername}+pymysql")
+    return parsed
+
+
+def build_engine(url: str | URL, *, pool_size: int = 10, max_overflow: int = 30, echo: bool = False) -> Engine:
+    """A SQLAlchemy engine set up the way the driver's locking assumes."""
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(parsed, echo=echo)
+    options: dict[str, Any] = {
+        "pool_size": pool_size,
+        "max_overflow": max_overflow,
+        "pool_recycle": 3600,
+        "echo": echo,
+        # Row locks are read fresh under READ COMMITTED; nothing relies on snapshots.
+        "isolation_level": "READ COMMITTED",
+    }
+    if backend == "postgresql":
+        return create_engine(parsed, **options)
+    if backend in ("mysql", "mariadb"):
+        engine = create_engine(parsed, **options)
+
+        @event.listens_for(engine, "connect")
+        def _session_setup(dbapi_conn: Any, _record: Any) -> None:
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                cur.execute("SET SESSION innodb_lock_wait_timeout = 20")
+
+        return engine
+    raise ValueError(f"unsupported database {backend!r}: use postgresql, mysql/mariadb or sqlite")
+
+
+def _sqlite_engine(url: URL, *, echo: bool) -> Engine:
+    engine = create_engine(
+        url, echo=echo, connect_args={"timeout": 30, "check_same_thread": False}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite would defer it).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if url.database not in (None, "", ":memory:"):
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # Take the write lock up front: concurrent writers queue on busy_timeout instead of
+        # failing halfway with SQLITE_BUSY on lock upgrade, across processes too.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def advisory_key(partition: str) -> int:
+    """A stable signed 32-bit key for a partition's advisory lock."""
+    value = zlib.crc32(partition.encode())
+    return value - 2**32 if value >= 2**31 else value
+
+
+def insert_ignoring_duplicates(backend: str, table: Table) -> Insert:
+    """``INSERT`` that silently skips rows whose unique key already exists."""
+    if backend == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if backend == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    if backend in ("mysql", "mariadb"):
+        # Not INSERT IGNORE: that would also turn CHECK violations into warnings.
+        first = next(iter(table.primary_key.columns))
+        stmt = mysql.insert(table)
+        return stmt.on_duplicate_key_update({first.name: stmt.inserted[first.name]})
+    return insert(table)
+
+
+# What a failure means, decided once here: retry it, or tell the caller.
+RETRY_CONFLICT = "conflict"  # deadlock, serialization failure, lock timeout, busy
+RETRY_DISCONNECT = "disconnect"  # connection lost; the transaction may or may not have committed
+RETRY_DUPLICATE = "duplicate"  # a concurrent insert of the same unique key won
+MISSING_SCHEMA = "schema"
+FATAL = "fatal"
+
+_PG_CONFLICT = {"40P01", "40001", "55P03"}
+_PG_DISCONNECT_PREFIXES = ("08", "57P")
+_MY_CONFLICT = {1205, 1213, 1020}
+_MY_DISCONNECT = {2003, 2006, 2013, 2014, 2055, 1927, 1053, 4031}
+
+
+def classify(error: exc.DBAPIError) -> str:
+    """Sort a driver error into one of the retry classes above."""
+    orig = error.orig
+    if error.connection_invalidated:
+        return RETRY_DISCONNECT
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:  # psycopg
+        if sqlstate in _PG_CONFLICT:
+            return RETRY_CONFLICT
+        if sqlstate.startswith(_PG_DISCONNECT_PREFIXES):
+            return RETRY_DISCONNECT
+        if sqlstate == "23505":
+            return RETRY_DUPLICATE
+        if sqlstate in ("42P01", "42703"):
+            return MISSING_SCHEMA
+        return FATAL
+    args = getattr(orig, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code is not None:  # pymysql
+        if code in _MY_CONFLICT:
+            return RETRY_CONFLICT
+        if code in _MY_DISCONNECT:
+            return RETRY_DISCONNECT
+        if code == 1062:
+            return RETRY_DUPLICATE
+        if code in (1146, 1054):
+            return MISSING_SCHEMA
+        return FATAL
+    text = str(orig).lower()
+    if "database is locked" in text or "database is busy" in text:
+        return RETRY_CONFLICT
+    if "unique constraint failed" in text:
+        return RETRY_DUPLICATE
+    if "no such table" in text or "no such column" in text:
+        return MISSING_SCHEMA
+    if isinstance(error, exc.OperationalError) and sqlstate is None and code is None:
+        # psycopg reports a dropped connection without an SQLSTATE.
+        if "closed" in text or "terminat" in text or "connection" in text:
+            return RETRY_DISCONNECT
+    return FATAL

@@ -1,0 +1,568 @@
+"""Every SQL statement the ledger runs, each named, each saying what it locks.
+
+Canonical lock order, the same on every path, so there are no deadlocks by design:
+
+1. the partition lock (reserve takes it shared; limit changes and ``audit --fix`` exclusively),
+2. reservation rows (commit, rollback and the sweeper, which skips rows already locked),
+3. ``queue`` counters, sorted by (scope, resource),
+4. ``subtree`` counters, sorted by (scope, resource), read by a *separate* statement so that
+   a subtree row created while we waited for step 3 is seen (READ COMMITTED re-reads),
+5. inserts of new reservation rows (nobody else can be waiting for a row not yet committed).
+
+Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
+limit change holding the exclusive lock sees every counter it has to sum (no phantoms).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, delete, func, literal_column, or_, select, update
+from sqlalchemy import insert as sa_insert
+
+from quota_ledger.driver import dialect
+from quota_ledger.driver.schema import (
+    quota_journal,
+    quota_partitions,
+    quota_usages,
+    reservation_items,
+    reservations,
+)
+from quota_ledger.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.queues import subtree_bounds
+from quota_ledger.values import Reservation, ReservationState
+
+
+class MissingCounters(Exception):
+    """Internal: queue counters must be created (in their own transaction) before locking."""
+
+    def __init__(self, partition: str, pairs: Sequence[tuple[str, str]]) -> None:
+        self.partition = partition
+        self.pairs = list(pairs)
+        super().__init__(f"missing counters in {partition}: {pairs}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReservation:
+    """A reservation as stored, with the hash that identifies its request."""
+
+    reservation: Reservation
+    request_hash: str
+
+
+_U = quota_usages.c
+_R = reservations.c
+_I = reservation_items.c
+_J = quota_journal.c
+_COUNTER_COLUMNS = (_U.id, _U.scope_type, _U.scope, _U.resource, _U.in_use, _U.reserved, _U.hard_limit)
+
+# -- partition ---------------------------------------------------------------------------------
+# lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
+_LOCK_PARTITION_ROW = select(dialect.utcnow()).where(quota_partitions.c.name == bindparam("p"))
+# lock_partition_* on PostgreSQL: a transaction-scoped advisory lock; no row is written.
+_PG_LOCK_SHARED = select(
+    func.pg_advisory_xact_lock_shared(bindparam("ns"), bindparam("k")), dialect.utcnow()
+)
+_PG_LOCK_EXCLUSIVE = select(func.pg_advisory_xact_lock(bindparam("ns"), bindparam("k")), dialect.utcnow())
+# db_now: the database clock; no lock.
+_DB_NOW = select(dialect.utcnow())
+
+# -- reservations ------------------------------------------------------------------------------
+_HEADER = (
+    _R.id, _R.partition, _R.key, _R.request_hash, _R.state, _R.queue, _R.user_name, _R.groups,
+    _R.application, _R.priority_class, _R.created_at, _R.expires_at, _R.resolved_at,
+)
+_ITEM = (_I.resource, _I.amount, _I.committed)
+_JOINED = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
+# find_reservation_by_key: no lock (idempotency check before any lock is taken).
+_FIND_BY_KEY = select(*_HEADER, *_ITEM).select_from(_JOINED).where(
+    _R.partition == bindparam("p"), _R.key == bindparam("key")
+)
+# find_reservation: no lock.
+_FIND_BY_ID = select(*_HEADER, *_ITEM).select_from(_JOINED).where(_R.id == bindparam("id"))
+# lock_reservation: locks the reservation header row (step 2) and reads the clock.
+_LOCK_BY_ID = (
+    select(*_HEADER, *_ITEM, dialect.utcnow().label("db_now"))
+    .select_from(_JOINED)
+    .where(_R.id == bindparam("id"))
+    .with_for_update(of=reservations)
+)
+# lock_expired: locks up to :n expired pending reservations, skipping rows others hold (step 2).
+_LOCK_EXPIRED_IDS = (
+    select(_R.id)
+    .where(_R.partition == bindparam("p"), _R.state == "pending", _R.expires_at <= dialect.utcnow())
+    .order_by(_R.expires_at)
+    .limit(bindparam("n"))
+    .with_for_update(skip_locked=True)
+)
+# read_reservations: headers and items of rows this transaction already locked; no new lock.
+_READ_MANY = (
+    select(*_HEADER, *_ITEM)
+    .select_from(_JOINED)
+    .where(_R.id.in_(bindparam("ids", expanding=True)))
+)
+_INSERT_HEADER = sa_insert(reservations)
+_INSERT_ITEMS = sa_insert(reservation_items)
+# resolve_reservation: conditional state change on a row we hold; rowcount tells if it applied.
+_RESOLVE = (
+    update(reservations)
+    .where(_R.id == bindparam("rid"), _R.state == "pending")
+    .values(state=bindparam("new_state"), resolved_at=bindparam("now"))
+)
+_EXPIRE_MANY = (
+    update(reservations)
+    .where(_R.id.in_(bindparam("ids", expanding=True)), _R.state == "pending")
+    .values(state="expired", resolved_at=bindparam("now"))
+)
+_SET_COMMITTED = (
+    update(reservation_items)
+    .where(_I.reservation_id == bindparam("rid"), _I.resource == bindparam("res"))
+    .values(committed=bindparam("v_committed"))
+)
+
+# -- counters ----------------------------------------------------------------------------------
+# lock_queue_counters: locks queue counters of the given queues x resources (step 3).
+_LOCK_QUEUE = (
+    select(*_COUNTER_COLUMNS)
+    .where(
+        _U.partition == bindparam("p"),
+        _U.scope_type == QUEUE,
+        _U.scope.in_(bindparam("scopes", expanding=True)),
+        _U.resource.in_(bindparam("resources", expanding=True)),
+    )
+    .order_by(_U.scope, _U.resource)
+    .with_for_update()
+)
+# lock_subtree_counters: locks the limits on the given scopes x resources (step 4).
+_LOCK_SUBTREE = (
+    select(*_COUNTER_COLUMNS)
+    .where(
+        _U.partition == bindparam("p"),
+        _U.scope_type == SUBTREE,
+        _U.scope.in_(bindparam("scopes", expanding=True)),
+        _U.resource.in_(bindparam("resources", expanding=True)),
+    )
+    .order_by(_U.scope, _U.resource)
+    .with_for_update()
+)
+_SUBTREE_RANGE = or_(
+    _U.scope == bindparam("q"), and_(_U.scope >= bindparam("lo"), _U.scope < bindparam("hi"))
+)
+# lock_queue_counters_below: locks every queue counter of a queue's subtree for one resource
+# (step 3, used by limit changes under the exclusive partition lock).
+_LOCK_QUEUE_BELOW = (
+    select(*_COUNTER_COLUMNS)
+    .where(
+        _U.partition == bindparam("p"),
+        _U.scope_type == QUEUE,
+        _U.resource.in_(bindparam("resources", expanding=True)),
+        _SUBTREE_RANGE,
+    )
+    .order_by(_U.scope, _U.resource)
+    .with_for_update()
+)
+# usage_rows: the queue's limits and every queue counter below it, one snapshot; no lock.
+_USAGE_ROWS = select(*_COUNTER_COLUMNS).where(
+    _U.partition == bindparam("p"),
+    or_(
+        and_(_U.scope_type == SUBTREE, _U.scope == bindparam("q")),
+        and_(_U.scope_type == QUEUE, _SUBTREE_RANGE),
+    ),
+)
+# subtree_limits: the limits set on a queue; no lock (admin holds the partition lock).
+_LIMITS_AT = select(*_COUNTER_COLUMNS).where(
+    _U.partition == bindparam("p"), _U.scope_type == SUBTREE, _U.scope == bindparam("q")
+)
+# apply_counter_deltas: adds to counters this transaction has locked.
+_APPLY = (
+    update(quota_usages)
+    .where(_U.id == bindparam("cid"))
+    .values(
+        in_use=_U.in_use + bindparam("d_in_use"),
+        reserved=_U.reserved + bindparam("d_reserved"),
+        updated_at=bindparam("now"),
+    )
+)
+_SET_COUNTER = (
+    update(quota_usages)
+    .where(_U.id == bindparam("cid"))
+    .values(
+        in_use=bindparam("v_in_use"), reserved=bindparam("v_reserved"), updated_at=bindparam("now")
+    )
+)
+_SET_LIMIT = (
+    update(quota_usages)
+    .where(_U.id == bindparam("cid"))
+    .values(hard_limit=bindparam("lim"), updated_at=bindparam("now"))
+)
+_DELETE_COUNTER = delete(quota_usages).where(_U.id == bindparam("cid"))
+_INSERT_COUNTER = sa_insert(quota_usages)
+
+# lock_all_counters: locks every counter of one type in a partition (audit --fix, steps 3/4).
+_LOCK_ALL = (
+    select(*_COUNTER_COLUMNS)
+    .where(_U.partition == bindparam("p"), _U.scope_type == bindparam("st"))
+    .order_by(_U.scope, _U.resource)
+    .with_for_update()
+)
+# all_limits: every subtree counter of a partition; no lock.
+_ALL_LIMITS = (
+    select(*_COUNTER_COLUMNS)
+    .where(_U.partition == bindparam("p"), _U.scope_type == SUBTREE)
+    .order_by(_U.scope, _U.resource)
+)
+# all_counters: every counter of a partition; no lock (audit reads in one snapshot).
+_ALL_COUNTERS = (
+    select(*_COUNTER_COLUMNS)
+    .where(_U.partition == bindparam("p"))
+    .order_by(_U.scope_type, _U.scope, _U.resource)
+)
+# -- audit (no locks; read in one snapshot or under the exclusive partition lock) -------------
+_JOURNAL_SUMS = (
+    select(_J.queue, _J.resource, func.sum(_J.delta).label("total"))
+    .where(_J.partition == bindparam("p"))
+    .group_by(_J.queue, _J.resource)
+)
+_PENDING_SUMS = (
+    select(_R.queue, _I.resource, func.sum(_I.amount).label("total"))
+    .select_from(reservations.join(reservation_items, _I.reservation_id == _R.id))
+    .where(_R.partition == bindparam("p"), _R.state == "pending")
+    .group_by(_R.queue, _I.resource)
+)
+
+# -- journal -----------------------------------------------------------------------------------
+_INSERT_JOURNAL = sa_insert(quota_journal)
+# operation_recorded: did an earlier attempt of this call already commit? no lock.
+_OPERATION_RECORDED = select(literal_column("1")).where(_J.operation_id == bindparam("op")).limit(1)
+
+
+class LedgerTx:
+    """One database transaction of the ledger. The engine decides; this class reads and writes."""
+
+    def __init__(self, conn: Connection, backend: str, attempt: int) -> None:
+        self.conn = conn
+        self.backend = backend
+        #: 0 on the first try; a retry after a lost connection checks what already happened
+        self.attempt = attempt
+
+    # -- partition -------------------------------------------------------------------------
+    def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
+        """Take the partition lock (shared or exclusive) and return the database clock."""
+        if self.backend == "postgresql":
+            stmt = _PG_LOCK_EXCLUSIVE if exclusive else _PG_LOCK_SHARED
+            row = self.conn.execute(
+                stmt, {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
+            ).one()
+            return row[1]  # type: ignore[no-any-return]
+        stmt = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
+        now = self.conn.execute(stmt, {"p": partition}).scalar()
+        if now is None:
+            raise MissingCounters(partition, [])
+        return now  # type: ignore[no-any-return]
+
+    def db_now(self) -> datetime:
+        """The database clock."""
+        return self.conn.execute(_DB_NOW).scalar_one()  # type: ignore[no-any-return]
+
+    # -- reservations ----------------------------------------------------------------------
+    def find_reservation_by_key(self, partition: str, key: str) -> StoredReservation | None:
+        return _one(self.conn.execute(_FIND_BY_KEY, {"p": partition, "key": key}).all())
+
+    def find_reservation(self, reservation_id: str) -> StoredReservation | None:
+        return _one(self.conn.execute(_FIND_BY_ID, {"id": reservation_id}).all())
+
+    def lock_reservation(self, reservation_id: str) -> tuple[StoredReservation, datetime] | None:
+        """Lock one reservation row and read the clock."""
+        rows = self.conn.execute(_LOCK_BY_ID, {"id": reservation_id}).all()
+        stored = _one(rows)
+        return None if stored is None else (stored, rows[0].db_now)
+
+    def lock_expired(self, partition: str, limit: int) -> list[StoredReservation]:
+        """Lock up to ``limit`` expired pending reservations that nobody else holds."""
+        ids = list(self.conn.execute(_LOCK_EXPIRED_IDS, {"p": partition, "n": limit}).scalars())
+        if not ids:
+            return []
+        return _many(self.conn.execute(_READ_MANY, {"ids": ids}).all())
+
+    def insert_reservation(self, reservation: Reservation, request_hash: str) -> None:
+        self.conn.execute(
+            _INSERT_HEADER,
+            {
+                "id": reservation.id,
+                "partition": reservation.partition,
+                "key": reservation.key,
+                "request_hash": request_hash,
+                "state": reservation.state.value,
+                "queue": reservation.queue,
+                "user_name": reservation.user,
+                "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
+                "application": reservation.application,
+                "priority_class": reservation.priority_class,
+                "created_at": _naive(reservation.created_at),
+                "expires_at": _naive(reservation.expires_at),
+                "resolved_at": None,
+            },
+        )
+        if reservation.resources:
+            self.conn.execute(
+                _INSERT_ITEMS,
+                [
+                    {"reservation_id": reservation.id, "resource": res, "amount": amount, "committed": None}
+                    for res, amount in reservation.resources.items()
+                ],
+            )
+
+    def resolve_reservation(
+        self, reservation_id: str, state: ReservationState, now: datetime
+    ) -> bool:
+        """``pending -> state`` as a conditional update; False if it was no longer pending."""
+        result = self.conn.execute(
+            _RESOLVE, {"rid": reservation_id, "new_state": state.value, "now": now}
+        )
+        return result.rowcount == 1
+
+    def record_commits(self, reservation_id: str, committed: Mapping[str, int]) -> None:
+        self.conn.execute(
+            _SET_COMMITTED,
+            [{"rid": reservation_id, "res": res, "v_committed": amount} for res, amount in committed.items()],
+        )
+
+    def expire_reservations(self, ids: Sequence[str], now: datetime) -> int:
+        return self.conn.execute(_EXPIRE_MANY, {"ids": list(ids), "now": now}).rowcount
+
+    # -- counters --------------------------------------------------------------------------
+    def lock_queue_counters(
+        self, partition: str, pairs: Iterable[tuple[str, str]], *, create_missing: bool
+    ) -> dict[tuple[str, str], Counter]:
+        """Lock the queue counters of ``pairs`` (queue, resource), in canonical order.
+
+        With ``create_missing`` a missing counter raises :class:`MissingCounters` so that the
+        runner creates it in a transaction of its own and starts this one again.
+        """
+        wanted = set(pairs)
+        if not wanted:
+            return {}
+        scopes = sorted({q for q, _ in wanted})
+        resources = sorted({r for _, r in wanted})
+        rows = self.conn.execute(
+            _LOCK_QUEUE, {"p": partition, "scopes": scopes, "resources": resources}
+        ).all()
+        found = {(row.scope, row.resource): _counter(row) for row in rows}
+        if create_missing and len(wanted - found.keys()) > 0:
+            raise MissingCounters(partition, sorted(wanted - found.keys()))
+        return {pair: counter for pair, counter in found.items() if pair in wanted}
+
+    def lock_subtree_counters(
+        self, partition: str, scopes: Iterable[str], resources: Iterable[str]
+    ) -> list[Counter]:
+        """Lock the limits set on ``scopes`` for ``resources``, in canonical order."""
+        scopes, resources = sorted(set(scopes)), sorted(set(resources))
+        if not scopes or not resources:
+            return []
+        rows = self.conn.execute(
+            _LOCK_SUBTREE, {"p": partition, "scopes": scopes, "resources": resources}
+        ).all()
+        return [_counter(row) for row in rows]
+
+    def lock_queue_counters_below(
+        self, partition: str, queue: str, resources: Iterable[str]
+    ) -> list[Counter]:
+        """Lock every queue counter in ``queue``'s subtree for ``resources``."""
+        resources = sorted(set(resources))
+        if not resources:
+            return []
+        lo, hi = subtree_bounds(queue)
+        rows = self.conn.execute(
+            _LOCK_QUEUE_BELOW, {"p": partition, "q": queue, "lo": lo, "hi": hi, "resources": resources}
+        ).all()
+        return [_counter(row) for row in rows]
+
+    def limits_at(self, partition: str, queue: str) -> list[Counter]:
+        return [_counter(r) for r in self.conn.execute(_LIMITS_AT, {"p": partition, "q": queue})]
+
+    def usage_rows(self, partition: str, queue: str) -> list[Counter]:
+        lo, hi = subtree_bounds(queue)
+        rows = self.conn.execute(_USAGE_ROWS, {"p": partition, "q": queue, "lo": lo, "hi": hi})
+        return [_counter(row) for row in rows]
+
+    def apply_counter_deltas(self, deltas: Mapping[int, tuple[int, int]], now: datetime) -> None:
+        """Add ``(d_in_use, d_reserved)`` to each locked counter id (in id order)."""
+        params = [
+            {"cid": cid, "d_in_use": d_in_use, "d_reserved": d_reserved, "now": now}
+            for cid, (d_in_use, d_reserved) in sorted(deltas.items())
+            if d_in_use or d_reserved
+        ]
+        if params:
+            self.conn.execute(_APPLY, params)
+
+    def set_counter_values(self, values: Mapping[int, tuple[int, int]], now: datetime) -> None:
+        params = [
+            {"cid": cid, "v_in_use": in_use, "v_reserved": reserved, "now": now}
+            for cid, (in_use, reserved) in sorted(values.items())
+        ]
+        if params:
+            self.conn.execute(_SET_COUNTER, params)
+
+    def insert_subtree_counter(
+        self, partition: str, queue: str, resource: str, *, in_use: int, reserved: int, limit: int, now: datetime
+    ) -> None:
+        self.conn.execute(
+            _INSERT_COUNTER,
+            {
+                "partition": partition,
+                "scope_type": SUBTREE,
+                "scope": queue,
+                "resource": resource,
+                "in_use": in_use,
+                "reserved": reserved,
+                "hard_limit": limit,
+                "updated_at": now,
+            },
+        )
+
+    def set_limit(self, counter_id: int, limit: int, now: datetime) -> None:
+        self.conn.execute(_SET_LIMIT, {"cid": counter_id, "lim": limit, "now": now})
+
+    def delete_counter(self, counter_id: int) -> None:
+        self.conn.execute(_DELETE_COUNTER, {"cid": counter_id})
+
+    def create_missing(self, partition: str, pairs: Sequence[tuple[str, str]], now: datetime) -> None:
+        """Create the partition row and zeroed queue counters, skipping those that exist."""
+        self.conn.execute(
+            dialect.insert_ignoring_duplicates(self.backend, quota_partitions),
+            {"name": partition, "created_at": now},
+        )
+        if pairs:
+            self.conn.execute(
+                dialect.insert_ignoring_duplicates(self.backend, quota_usages),
+                [
+                    {
+                        "partition": partition,
+                        "scope_type": QUEUE,
+                        "scope": queue,
+                        "resource": resource,
+                        "in_use": 0,
+                        "reserved": 0,
+                        "hard_limit": None,
+                        "updated_at": now,
+                    }
+                    for queue, resource in sorted(pairs)
+                ],
+            )
+
+    def lock_all_counters(self, partition: str, scope_type: str) -> list[Counter]:
+        """Lock every counter of one type in a partition, in canonical order."""
+        rows = self.conn.execute(_LOCK_ALL, {"p": partition, "st": scope_type})
+        return [_counter(row) for row in rows]
+
+    def all_limits(self, partition: str) -> list[Counter]:
+        return [_counter(row) for row in self.conn.execute(_ALL_LIMITS, {"p": partition})]
+
+    def all_counters(self, partition: str) -> list[Counter]:
+        return [_counter(row) for row in self.conn.execute(_ALL_COUNTERS, {"p": partition})]
+
+    # -- audit -----------------------------------------------------------------------------
+    def journal_sums(self, partition: str) -> dict[tuple[str, str], int]:
+        """SUM(delta) of the journal per (queue, resource): what in_use must be."""
+        rows = self.conn.execute(_JOURNAL_SUMS, {"p": partition})
+        return {(row.queue, row.resource): int(row.total) for row in rows}
+
+    def pending_sums(self, partition: str) -> dict[tuple[str, str], int]:
+        """SUM(amount) of pending reservations per (queue, resource): what reserved must be."""
+        rows = self.conn.execute(_PENDING_SUMS, {"p": partition})
+        return {(row.queue, row.resource): int(row.total) for row in rows}
+
+    # -- journal ---------------------------------------------------------------------------
+    def append_journal(
+        self,
+        partition: str,
+        queue: str,
+        deltas: Mapping[str, int],
+        *,
+        kind: str,
+        operation_id: str,
+        reservation_id: str | None,
+        now: datetime,
+    ) -> None:
+        rows = [
+            {
+                "partition": partition,
+                "queue": queue,
+                "resource": resource,
+                "delta": delta,
+                "kind": kind,
+                "reservation_id": reservation_id,
+                "operation_id": operation_id,
+                "created_at": now,
+            }
+            for resource, delta in deltas.items()
+            if delta != 0
+        ]
+        if rows:
+            self.conn.execute(_INSERT_JOURNAL, rows)
+
+    def operation_recorded(self, operation_id: str) -> bool:
+        return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None
+
+
+def _counter(row: Any) -> Counter:
+    return Counter(
+        id=row.id,
+        scope_type=row.scope_type,
+        scope=row.scope,
+        resource=row.resource,
+        in_use=row.in_use,
+        reserved=row.reserved,
+        limit=row.hard_limit,
+    )
+
+
+def _many(rows: Sequence[Any]) -> list[StoredReservation]:
+    grouped: dict[str, list[Any]] = {}
+    for row in rows:
+        grouped.setdefault(row.id, []).append(row)
+    return [_build(group) for group in grouped.values()]
+
+
+def _one(rows: Sequence[Any]) -> StoredReservation | None:
+    return _build(list(rows)) if rows else None
+
+
+def _build(rows: list[Any]) -> StoredReservation:
+    head = rows[0]
+    items = [row for row in rows if row.resource is not None]
+    state = ReservationState(head.state)
+    committed = (
+        {row.resource: row.committed or 0 for row in items}
+        if state is ReservationState.COMMITTED
+        else None
+    )
+    reservation = Reservation(
+        id=head.id,
+        state=state,
+        partition=head.partition,
+        queue=head.queue,
+        resources={row.resource: row.amount for row in sorted(items, key=lambda r: r.resource)},
+        created_at=_aware(head.created_at),
+        expires_at=_aware(head.expires_at),
+        key=head.key,
+        user=head.user_name,
+        groups=tuple(json.loads(head.groups)) if head.groups else (),
+        application=head.application,
+        priority_class=head.priority_class,
+        committed=committed,
+        resolved_at=_aware(head.resolved_at) if head.resolved_at is not None else None,
+    )
+    return StoredReservation(reservation=reservation, request_hash=head.request_hash)
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC)
+
+
+def _naive(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value

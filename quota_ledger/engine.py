@@ -1,0 +1,516 @@
+"""QuotaEngine: the one object service code holds. It decides; the driver reads and writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from quota_ledger import audit as audit_rules
+from quota_ledger import limits as limit_rules
+from quota_ledger import queues
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.statements import LedgerTx, StoredReservation
+from quota_ledger.errors import (
+    IdempotencyConflict,
+    InvalidCommit,
+    InvalidRequest,
+    OverQuota,
+    ReservationNotFound,
+    ReservationStateError,
+    UsageUnderflow,
+)
+from quota_ledger.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.quantity import parse_limits, parse_resources
+from quota_ledger.values import Drift, Reservation, ReservationState, Usage
+
+DEFAULT_PARTITION = "default"
+DEFAULT_TTL = 300.0
+MAX_TTL = 7 * 24 * 3600.0
+
+
+class QuotaEngine:
+    """Reserve resources against queue limits, then commit or roll back.
+
+    Every method is one database transaction (retried as a whole on transient failures) and
+    is all-or-nothing: it either applies completely or raises and changes nothing.
+    """
+
+    def __init__(self, driver: DbQuotaDriver, *, default_ttl: float = DEFAULT_TTL) -> None:
+        self.driver = driver
+        self.default_ttl = _ttl_seconds(default_ttl)
+
+    @classmethod
+    def from_url(
+        cls, url: str | URL, *, default_ttl: float = DEFAULT_TTL, pool_size: int = 10, echo: bool = False
+    ) -> QuotaEngine:
+        """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs."""
+        return cls(DbQuotaDriver.from_url(url, pool_size=pool_size, echo=echo), default_ttl=default_ttl)
+
+    def migrate(self, revision: str = "head") -> None:
+        """Upgrade the schema with Alembic (to ``head`` by default). Safe to call repeatedly."""
+        from quota_ledger import migrate
+
+        migrate.upgrade(self.driver.engine, revision)
+
+    def close(self) -> None:
+        """Release all database connections."""
+        self.driver.dispose()
+
+    def __enter__(self) -> QuotaEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- limits ------------------------------------------------------------------------------
+    def set_limits(
+        self, queue: str, resources: Mapping[str, Any], *, partition: str = DEFAULT_PARTITION
+    ) -> None:
+        """Set the named resources' limits on ``queue``'s subtree; None removes a limit.
+
+        Resources not named keep their limits. Lowering a limit below current usage is allowed:
+        nothing is evicted, new reservations are refused until usage drops.
+        """
+        queues.validate_partition(partition)
+        queues.validate_queue(queue)
+        wanted = parse_limits(resources)
+
+        def work(tx: LedgerTx) -> None:
+            now = tx.lock_partition(partition, exclusive=True)
+            existing = {c.resource: c for c in tx.limits_at(partition, queue)}
+            new = [res for res, lim in wanted.items() if lim is not None and res not in existing]
+            # Queue counters before subtree counters: the canonical lock order.
+            below = tx.lock_queue_counters_below(partition, queue, new)
+            locked = {c.resource: c for c in tx.lock_subtree_counters(partition, [queue], existing)}
+            for resource, limit in wanted.items():
+                current = locked.get(resource)
+                if limit is None:
+                    if current is not None:
+                        tx.delete_counter(current.id)
+                elif current is not None:
+                    tx.set_limit(current.id, limit, now)
+                else:
+                    rows = [c for c in below if c.resource == resource]
+                    tx.insert_subtree_counter(
+                        partition,
+                        queue,
+                        resource,
+                        in_use=sum(c.in_use for c in rows),
+                        reserved=sum(c.reserved for c in rows),
+                        limit=limit,
+                        now=now,
+                    )
+
+        self.driver.run(work)
+
+    def limits(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, dict[str, int]]:
+        """Every limit in the partition: ``{queue: {resource: limit}}``."""
+        queues.validate_partition(partition)
+        rows = self.driver.run(lambda tx: tx.all_limits(partition))
+        result: dict[str, dict[str, int]] = {}
+        for counter in rows:
+            assert counter.limit is not None
+            result.setdefault(counter.scope, {})[counter.resource] = counter.limit
+        return result
+
+    # -- reservations ------------------------------------------------------------------------
+    def reserve(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> Reservation:
+        """Reserve ``resources`` in ``queue`` if every limit on the way to root allows it.
+
+        Raises :class:`OverQuota` listing every limit that would be broken. With ``key``, a
+        repeated call returns the original reservation (in whatever state it is now).
+        """
+        queues.validate_partition(partition)
+        queues.validate_queue(queue)
+        amounts = parse_resources(resources)
+        group_list = tuple(_name_list(groups, "groups"))
+        identity = {
+            "user": _optional_name(user, "user"),
+            "application": _optional_name(application, "application"),
+            "priority_class": _optional_name(priority_class, "priority_class"),
+        }
+        key = _optional_name(key, "key")
+        ttl_seconds = self.default_ttl if ttl is None else _ttl_seconds(ttl)
+        request_hash = _request_hash(partition, queue, amounts, group_list, identity)
+        reservation_id = str(uuid.uuid4())
+        positive = {res: amount for res, amount in amounts.items() if amount > 0}
+        chain = queues.lineage(queue)
+
+        def work(tx: LedgerTx) -> Reservation:
+            if key is not None and (found := tx.find_reservation_by_key(partition, key)):
+                return _same_request(found, partition, key, request_hash)
+            if tx.attempt and (found := tx.find_reservation(reservation_id)):
+                return found.reservation  # the first attempt committed before the connection dropped
+            now = tx.lock_partition(partition, exclusive=False)
+            own = tx.lock_queue_counters(partition, [(queue, r) for r in positive], create_missing=True)
+            limits = tx.lock_subtree_counters(partition, chain, positive)
+            broken = limit_rules.violations(partition, positive, limits)
+            if broken:
+                raise OverQuota(broken)
+            counters = [*own.values(), *limits]
+            limit_rules.check_overflow(positive, counters)
+            reservation = Reservation(
+                id=reservation_id,
+                state=ReservationState.PENDING,
+                partition=partition,
+                queue=queue,
+                resources=positive,
+                created_at=now.replace(tzinfo=UTC),
+                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
+                key=key,
+                user=identity["user"],
+                groups=group_list,
+                application=identity["application"],
+                priority_class=identity["priority_class"],
+            )
+            tx.insert_reservation(reservation, request_hash)
+            tx.apply_counter_deltas({c.id: (0, positive[c.resource]) for c in counters}, now)
+            return reservation
+
+        return self.driver.run(work)
+
+    def get(self, reservation_id: str) -> Reservation:
+        """The reservation with this id, as stored now."""
+        found = self.driver.run(lambda tx: tx.find_reservation(str(reservation_id)))
+        if found is None:
+            raise ReservationNotFound(str(reservation_id))
+        return found.reservation
+
+    def commit(self, reservation_id: str, resources: Mapping[str, Any] | None = None) -> Reservation:
+        """Turn a pending reservation into in-use usage.
+
+        ``resources`` may name less than was reserved (missing resources commit nothing); the
+        rest is released in the same transaction. Committing a committed reservation returns
+        it; a rolled-back or expired one raises :class:`ReservationStateError`, also when its
+        expiry time has passed but no sweep has run yet (it is expired on the spot).
+        """
+        partial = None if resources is None else parse_resources(resources)
+        operation_id = str(uuid.uuid4())
+
+        def work(tx: LedgerTx) -> tuple[Reservation, bool]:
+            stored, now = self._lock(tx, reservation_id)
+            current = stored.reservation
+            if current.state is ReservationState.COMMITTED:
+                return current, False
+            if current.state is not ReservationState.PENDING:
+                raise ReservationStateError(current.id, current.state, "commit")
+            if now.replace(tzinfo=UTC) >= current.expires_at:
+                return self._resolve(tx, current, ReservationState.EXPIRED, {}, now, ""), True
+            committed = _commit_amounts(current, partial)
+            return self._resolve(tx, current, ReservationState.COMMITTED, committed, now, operation_id), False
+
+        result, expired = self.driver.run(work)
+        if expired:
+            raise ReservationStateError(result.id, result.state, "commit")
+        return result
+
+    def rollback(self, reservation_id: str) -> Reservation:
+        """Release a pending reservation. Rolling back twice, or an expired one, returns it;
+        rolling back a committed one raises :class:`ReservationStateError`."""
+
+        def work(tx: LedgerTx) -> Reservation:
+            stored, now = self._lock(tx, reservation_id)
+            current = stored.reservation
+            if current.state is ReservationState.COMMITTED:
+                raise ReservationStateError(current.id, current.state, "roll back")
+            if current.state is not ReservationState.PENDING:
+                return current
+            return self._resolve(tx, current, ReservationState.ROLLED_BACK, {}, now, "")
+
+        return self.driver.run(work)
+
+    def release(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        finished: bool = False,
+    ) -> None:
+        """Return in-use resources of ``queue``: the resource is gone again.
+
+        Never refused for being over a limit. Releasing more than is in use raises
+        :class:`UsageUnderflow` and changes nothing.
+        """
+        queues.validate_partition(partition)
+        queues.validate_queue(queue)
+        amounts = {res: amount for res, amount in parse_resources(resources).items() if amount > 0}
+        _optional_name(user, "user")
+        _optional_name(application, "application")
+        _name_list(groups, "groups")
+        operation_id = str(uuid.uuid4())
+
+        def work(tx: LedgerTx) -> None:
+            if tx.attempt and tx.operation_recorded(operation_id):
+                return  # the first attempt committed before the connection dropped
+            own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
+            short = {
+                res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
+                for res, amount in amounts.items()
+                if (queue, res) not in own or own[(queue, res)].in_use < amount
+            }
+            if short:
+                raise UsageUnderflow(partition, queue, short)
+            limits = tx.lock_subtree_counters(partition, queues.lineage(queue), amounts)
+            now = tx.db_now()
+            counters = [*own.values(), *limits]
+            tx.apply_counter_deltas({c.id: (-amounts[c.resource], 0) for c in counters}, now)
+            tx.append_journal(
+                partition,
+                queue,
+                {res: -amount for res, amount in amounts.items()},
+                kind="release",
+                operation_id=operation_id,
+                reservation_id=None,
+                now=now,
+            )
+
+        self.driver.run(work)
+
+    # -- expiry ------------------------------------------------------------------------------
+    def expire(self, *, batch_size: int = 500, max_batches: int | None = None) -> int:
+        """Expire pending reservations whose time ran out; returns how many.
+
+        Works in batches of ``batch_size``, one short transaction each, skipping rows another
+        sweeper or a concurrent commit holds, so several sweepers can run at once and an
+        interrupted sweep loses nothing.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidRequest("batch_size must be a positive integer", field="batch_size")
+        total = 0
+        batches = 0
+        for partition in self.driver.partitions():
+            while max_batches is None or batches < max_batches:
+                done = self.driver.run(lambda tx, p=partition: self._expire_batch(tx, p, batch_size))
+                batches += 1
+                total += done
+                if done < batch_size:
+                    break
+        return total
+
+    def _expire_batch(self, tx: LedgerTx, partition: str, batch_size: int) -> int:
+        stored = tx.lock_expired(partition, batch_size)
+        if not stored:
+            return 0
+        expiring = [s.reservation for s in stored]
+        pairs = {(r.queue, res) for r in expiring for res in r.resources}
+        own = tx.lock_queue_counters(partition, pairs, create_missing=False)
+        scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
+        limits = tx.lock_subtree_counters(partition, scopes, {res for _, res in pairs})
+        deltas: dict[int, tuple[int, int]] = {}
+        for reservation in expiring:
+            for counter in _counters_of(reservation, own, limits):
+                d_in_use, d_reserved = deltas.get(counter.id, (0, 0))
+                deltas[counter.id] = (d_in_use, d_reserved - reservation.resources[counter.resource])
+        now = tx.db_now()
+        tx.apply_counter_deltas(deltas, now)
+        return tx.expire_reservations([r.id for r in expiring], now)
+
+    # -- reading -----------------------------------------------------------------------------
+    def usage(self, queue: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Usage]:
+        """Usage of ``queue``'s whole subtree per resource, with the queue's own limit."""
+        queues.validate_partition(partition)
+        queues.validate_queue(queue)
+        rows = self.driver.run(lambda tx: tx.usage_rows(partition, queue))
+        limits = {c.resource: c for c in rows if c.scope_type == SUBTREE}
+        totals: dict[str, tuple[int, int]] = {}
+        for counter in rows:
+            if counter.scope_type == QUEUE:
+                in_use, reserved = totals.get(counter.resource, (0, 0))
+                totals[counter.resource] = (in_use + counter.in_use, reserved + counter.reserved)
+        result = {}
+        for resource in sorted(limits.keys() | totals.keys()):
+            if resource in limits:
+                c = limits[resource]
+                result[resource] = Usage(in_use=c.in_use, reserved=c.reserved, limit=c.limit)
+            else:
+                in_use, reserved = totals[resource]
+                result[resource] = Usage(in_use=in_use, reserved=reserved, limit=None)
+        return result
+
+    # -- audit -------------------------------------------------------------------------------
+    def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:
+        """Recompute every counter from the history and report those that disagree.
+
+        The history is the journal of commits and releases (for ``in_use``) and the pending
+        reservation items (for ``reserved``). With ``fix=True`` each partition is repaired
+        under its exclusive lock and the drifts come back with ``fixed=True``.
+        """
+        names = [queues.validate_partition(partition)] if partition else self.driver.partitions()
+        drifts: list[Drift] = []
+        for name in names:
+            if fix:
+                drifts += self.driver.run(lambda tx, p=name: _fix_partition(tx, p))
+            else:
+                drifts += self.driver.run(
+                    lambda tx, p=name: audit_rules.find_drift(
+                        p, tx.all_counters(p), tx.journal_sums(p), tx.pending_sums(p)
+                    ),
+                    isolation="REPEATABLE READ",
+                )
+        return drifts
+
+    # -- internals ---------------------------------------------------------------------------
+    @staticmethod
+    def _lock(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:
+        if not isinstance(reservation_id, str):
+            raise InvalidRequest("reservation id must be a string", field="id")
+        found = tx.lock_reservation(reservation_id)
+        if found is None:
+            raise ReservationNotFound(reservation_id)
+        return found
+
+    @staticmethod
+    def _resolve(
+        tx: LedgerTx,
+        reservation: Reservation,
+        state: ReservationState,
+        committed: Mapping[str, int],
+        now: datetime,
+        operation_id: str,
+    ) -> Reservation:
+        """Move a locked pending reservation to ``state`` and adjust its counters."""
+        pairs = [(reservation.queue, res) for res in reservation.resources]
+        own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
+        limits = tx.lock_subtree_counters(
+            reservation.partition, queues.lineage(reservation.queue), reservation.resources
+        )
+        counters = _counters_of(reservation, own, limits)
+        limit_rules.check_overflow(committed, counters, field="in_use")
+        if not tx.resolve_reservation(reservation.id, state, now):
+            raise ReservationStateError(reservation.id, reservation.state, state.value)
+        tx.apply_counter_deltas(
+            {
+                c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource])
+                for c in counters
+            },
+            now,
+        )
+        if state is ReservationState.COMMITTED:
+            tx.record_commits(reservation.id, committed)
+            tx.append_journal(
+                reservation.partition,
+                reservation.queue,
+                committed,
+                kind="commit",
+                operation_id=operation_id,
+                reservation_id=reservation.id,
+                now=now,
+            )
+        return replace(
+            reservation,
+            state=state,
+            committed=dict(committed) if state is ReservationState.COMMITTED else None,
+            resolved_at=now.replace(tzinfo=UTC),
+        )
+
+
+def _fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
+    now = tx.lock_partition(partition, exclusive=True)
+    own = tx.lock_all_counters(partition, QUEUE)
+    limits = tx.lock_all_counters(partition, SUBTREE)
+    in_use, reserved = tx.journal_sums(partition), tx.pending_sums(partition)
+    missing = audit_rules.missing_queue_counters(own, in_use, reserved)
+    if missing:
+        tx.create_missing(partition, missing, now)
+        own = tx.lock_all_counters(partition, QUEUE)
+    drifts = audit_rules.find_drift(partition, [*own, *limits], in_use, reserved)
+    by_key = {(d.scope_type, d.scope, d.resource): d for d in drifts}
+    values = {
+        c.id: (by_key[key].expected_in_use, by_key[key].expected_reserved)
+        for c in [*own, *limits]
+        if (key := (c.scope_type, c.scope, c.resource)) in by_key
+    }
+    tx.set_counter_values(values, now)
+    return [replace(d, fixed=True) for d in drifts]
+
+
+def _counters_of(
+    reservation: Reservation, own: Mapping[tuple[str, str], Counter], limits: Iterable[Counter]
+) -> list[Counter]:
+    """The locked counters a reservation is charged to: its queue's and its lineage's limits."""
+    chain = set(queues.lineage(reservation.queue))
+    mine = [own[(reservation.queue, res)] for res in reservation.resources if (reservation.queue, res) in own]
+    return mine + [c for c in limits if c.scope in chain and c.resource in reservation.resources]
+
+
+def _commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:
+    if partial is None:
+        return dict(reservation.resources)
+    extra = sorted(set(partial) - set(reservation.resources))
+    if any(partial[res] > 0 for res in extra):
+        raise InvalidCommit(f"resources not reserved: {', '.join(extra)}", field=extra[0])
+    too_much = [res for res in reservation.resources if partial.get(res, 0) > reservation.resources[res]]
+    if too_much:
+        detail = ", ".join(
+            f"{res}: reserved {reservation.resources[res]}, commit {partial[res]}" for res in too_much
+        )
+        raise InvalidCommit(f"cannot commit more than was reserved: {detail}", field=too_much[0])
+    return {res: partial.get(res, 0) for res in reservation.resources}
+
+
+def _same_request(found: StoredReservation, partition: str, key: str, request_hash: str) -> Reservation:
+    if found.request_hash != request_hash:
+        raise IdempotencyConflict(partition, key, found.reservation.id)
+    return found.reservation
+
+
+def _request_hash(
+    partition: str, queue: str, amounts: Mapping[str, int], groups: tuple[str, ...], identity: Mapping[str, Any]
+) -> str:
+    # ttl is left out on purpose: a retry that recomputes its deadline is the same request.
+    canonical = json.dumps(
+        {"p": partition, "q": queue, "r": amounts, "g": sorted(groups), **identity},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _ttl_seconds(ttl: object) -> float:
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise InvalidRequest(f"ttl must be seconds or a timedelta, not {ttl!r}", field="ttl")
+    if not 0 < seconds <= MAX_TTL:
+        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
+    return seconds
+
+
+def _optional_name(value: object, field: str) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+        raise InvalidRequest(f"{field} must be a printable string of 1-255 characters", field=field)
+    return value
+
+
+def _name_list(values: Iterable[str], field: str) -> list[str]:
+    if isinstance(values, str):
+        raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
+    return [_optional_name(v, field) for v in values]
+

@@ -1,0 +1,116 @@
+"""The one exception tree of quota-ledger.
+
+Every error a caller can see is a :class:`QuotaLedgerError`. A class's docstring is its
+default message; the facts a program needs are attributes, never parsed out of the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from quota_ledger.values import ReservationState, Violation
+
+
+class QuotaLedgerError(Exception):
+    """A quota-ledger operation failed."""
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.details = details
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidRequest(QuotaLedgerError):
+    """The request is malformed; nothing was changed."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message, field=field)
+
+
+class InvalidQuantity(InvalidRequest):
+    """A resource quantity is not a valid non-negative Kubernetes quantity."""
+
+    def __init__(self, resource: str, text: object, reason: str) -> None:
+        self.resource = resource
+        self.text = text
+        self.reason = reason
+        super().__init__(
+            f"invalid quantity {text!r} for resource {resource!r}: {reason}", field=resource
+        )
+
+
+class OverQuota(QuotaLedgerError):
+    """The request would exceed one or more limits; nothing was reserved."""
+
+    def __init__(self, violations: Sequence[Violation]) -> None:
+        self.violations = list(violations)
+        parts = "; ".join(v.describe() for v in self.violations)
+        super().__init__(f"over quota: {parts}")
+
+
+class UsageUnderflow(QuotaLedgerError):
+    """The release is larger than what is in use; nothing was released."""
+
+    def __init__(self, partition: str, queue: str, shortfalls: dict[str, tuple[int, int]]) -> None:
+        self.partition = partition
+        self.queue = queue
+        #: resource -> (in_use, requested)
+        self.shortfalls = dict(shortfalls)
+        parts = ", ".join(
+            f"{res}: in use {in_use}, release {req}" for res, (in_use, req) in shortfalls.items()
+        )
+        super().__init__(f"cannot release more than is in use at {queue}: {parts}")
+
+
+class CounterOverflow(QuotaLedgerError):
+    """A usage counter would exceed the 64-bit range; nothing was changed."""
+
+    def __init__(self, scope: str, resource: str) -> None:
+        self.scope = scope
+        self.resource = resource
+        super().__init__(f"usage counter for {resource!r} at {scope} would overflow 2^63-1")
+
+
+class IdempotencyConflict(QuotaLedgerError):
+    """The idempotency key was already used for a different request."""
+
+    def __init__(self, partition: str, key: str, reservation_id: str) -> None:
+        self.partition = partition
+        self.key = key
+        self.reservation_id = reservation_id
+        super().__init__(
+            f"key {key!r} in partition {partition!r} already belongs to reservation "
+            f"{reservation_id} with a different request"
+        )
+
+
+class ReservationNotFound(QuotaLedgerError):
+    """No reservation has this id."""
+
+    def __init__(self, reservation_id: str) -> None:
+        self.reservation_id = reservation_id
+        super().__init__(f"reservation {reservation_id} not found")
+
+
+class ReservationStateError(QuotaLedgerError):
+    """The reservation is not in a state that allows this operation."""
+
+    def __init__(self, reservation_id: str, state: ReservationState, operation: str) -> None:
+        self.reservation_id = reservation_id
+        self.state = state
+        self.operation = operation
+        super().__init__(f"cannot {operation} reservation {reservation_id}: it is {state.value}")
+
+
+class InvalidCommit(InvalidRequest):
+    """The partial commit names resources or amounts that were not reserved."""
+
+
+class DatabaseUnavailable(QuotaLedgerError):
+    """The database could not be reached or kept failing; retry later."""
+
+
+class SchemaNotReady(QuotaLedgerError):
+    """The ledger tables are missing or outdated: run `quota-ledger db upgrade`."""

@@ -1,0 +1,90 @@
+"""The frozen values the public API returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class ReservationState(str, enum.Enum):
+    """Where a reservation is in its life: ``pending`` until it is resolved exactly once."""
+
+    PENDING = "pending"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    EXPIRED = "expired"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reservation:
+    """A claim on resources in one queue, held until it is committed, rolled back or expires."""
+
+    id: str
+    state: ReservationState
+    partition: str
+    queue: str
+    #: resource -> reserved amount in base units (milli-cores for ``vcore``/``cpu``)
+    resources: dict[str, int]
+    created_at: datetime
+    expires_at: datetime
+    key: str | None = None
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    application: str | None = None
+    priority_class: str | None = None
+    #: resource -> amount that became in-use usage; set once committed
+    committed: dict[str, int] | None = None
+    resolved_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """One resource's usage of a queue's whole subtree, and the queue's own limit on it."""
+
+    in_use: int
+    reserved: int
+    #: None when the queue sets no limit on this resource
+    limit: int | None
+
+    @property
+    def available(self) -> int | None:
+        """``limit - (in_use + reserved)``, or None when unlimited (may be negative)."""
+        return None if self.limit is None else self.limit - (self.in_use + self.reserved)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Violation:
+    """One limit a request would break."""
+
+    scope: str
+    resource: str
+    limit: int
+    in_use: int
+    reserved: int
+    requested: int
+    partition: str = "default"
+
+    def describe(self) -> str:
+        return (
+            f"{self.resource} at {self.scope}: limit {self.limit}, in use {self.in_use}, "
+            f"reserved {self.reserved}, requested {self.requested}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Drift:
+    """A usage counter that disagrees with what the ledger's history says it should be."""
+
+    partition: str
+    scope_type: str
+    scope: str
+    resource: str
+    in_use: int
+    reserved: int
+    expected_in_use: int
+    expected_reserved: int
+    fixed: bool = field(default=False)
