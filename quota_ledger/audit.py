@@ -31,9 +31,7 @@ def _subtree_total(sums: Sums, queue: str, resource: str) -> int:
     return sum(v for (q, r), v in sums.items() if r == resource and in_subtree(q, queue))
 
 
-def find_drift(
-    partition: str, counters: Iterable[Counter], in_use: Sums, reserved: Sums
-) -> list[Drift]:
+def find_drift(partition: str, counters: Iterable[Counter], in_use: Sums, reserved: Sums) -> list[Drift]:
     """Every counter whose stored values differ from the history."""
     drifts = []
     for counter in counters:
@@ -54,7 +52,9 @@ def find_drift(
     return drifts
 
 
-def missing_queue_counters(counters: Iterable[Counter], in_use: Sums, reserved: Sums) -> list[tuple[str, str]]:
+def missing_queue_counters(
+    counters: Iterable[Counter], in_use: Sums, reserved: Sums
+) -> list[tuple[str, str]]:
     """(queue, resource) pairs the history has usage for but no queue counter exists."""
     have = {(c.scope, c.resource) for c in counters if c.scope_type == QUEUE}
     needed = {k for k, v in in_use.items() if v} | {k for k, v in reserved.items() if v}

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -303,7 +304,9 @@ class QuotaEngine:
         batches = 0
         for partition in self.driver.partitions():
             while max_batches is None or batches < max_batches:
-                done = self.driver.run(lambda tx, p=partition: self._expire_batch(tx, p, batch_size))
+                done = self.driver.run(
+                    partial(self._expire_batch, partition=partition, batch_size=batch_size)
+                )
                 batches += 1
                 total += done
                 if done < batch_size:
@@ -362,14 +365,9 @@ class QuotaEngine:
         drifts: list[Drift] = []
         for name in names:
             if fix:
-                drifts += self.driver.run(lambda tx, p=name: _fix_partition(tx, p))
+                drifts += self.driver.run(partial(_fix_partition, partition=name))
             else:
-                drifts += self.driver.run(
-                    lambda tx, p=name: audit_rules.find_drift(
-                        p, tx.all_counters(p), tx.journal_sums(p), tx.pending_sums(p)
-                    ),
-                    isolation="REPEATABLE READ",
-                )
+                drifts += self.driver.run(partial(_read_drift, partition=name), isolation="REPEATABLE READ")
         return drifts
 
     # -- internals ---------------------------------------------------------------------------
@@ -402,10 +400,7 @@ class QuotaEngine:
         if not tx.resolve_reservation(reservation.id, state, now):
             raise ReservationStateError(reservation.id, reservation.state, state.value)
         tx.apply_counter_deltas(
-            {
-                c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource])
-                for c in counters
-            },
+            {c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource]) for c in counters},
             now,
         )
         if state is ReservationState.COMMITTED:
@@ -425,6 +420,12 @@ class QuotaEngine:
             committed=dict(committed) if state is ReservationState.COMMITTED else None,
             resolved_at=now.replace(tzinfo=UTC),
         )
+
+
+def _read_drift(tx: LedgerTx, partition: str) -> list[Drift]:
+    return audit_rules.find_drift(
+        partition, tx.all_counters(partition), tx.journal_sums(partition), tx.pending_sums(partition)
+    )
 
 
 def _fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
@@ -478,7 +479,11 @@ def _same_request(found: StoredReservation, partition: str, key: str, request_ha
 
 
 def _request_hash(
-    partition: str, queue: str, amounts: Mapping[str, int], groups: tuple[str, ...], identity: Mapping[str, Any]
+    partition: str,
+    queue: str,
+    amounts: Mapping[str, int],
+    groups: tuple[str, ...],
+    identity: Mapping[str, Any],
 ) -> str:
     # ttl is left out on purpose: a retry that recomputes its deadline is the same request.
     canonical = json.dumps(
@@ -513,4 +518,3 @@ def _name_list(values: Iterable[str], field: str) -> list[str]:
     if isinstance(values, str):
         raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
     return [_optional_name(v, field) for v in values]
-

@@ -36,9 +36,7 @@ class InvalidQuantity(InvalidRequest):
         self.resource = resource
         self.text = text
         self.reason = reason
-        super().__init__(
-            f"invalid quantity {text!r} for resource {resource!r}: {reason}", field=resource
-        )
+        super().__init__(f"invalid quantity {text!r} for resource {resource!r}: {reason}", field=resource)
 
 
 class OverQuota(QuotaLedgerError):

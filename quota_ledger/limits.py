@@ -28,9 +28,7 @@ class Counter:
     limit: int | None
 
 
-def violations(
-    partition: str, requested: Mapping[str, int], counters: Iterable[Counter]
-) -> list[Violation]:
+def violations(partition: str, requested: Mapping[str, int], counters: Iterable[Counter]) -> list[Violation]:
     """Every limit that ``in_use + reserved + requested <= limit`` would break, in scope order."""
     found = []
     for counter in counters:

@@ -27,7 +27,9 @@ def alembic_config(engine: Engine | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     if engine is not None:
-        config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+        config.set_main_option(
+            "sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%")
+        )
     return config
 
 

@@ -115,9 +115,7 @@ def parse_resources(resources: Mapping[str, object]) -> dict[str, int]:
     """Parse a resource mapping into ``{name: base units}``, sorted by name."""
     if not isinstance(resources, Mapping):
         raise InvalidRequest("resources must be a mapping of resource name to quantity")
-    parsed = {
-        validate_resource_name(name): parse_quantity(name, value) for name, value in resources.items()
-    }
+    parsed = {validate_resource_name(name): parse_quantity(name, value) for name, value in resources.items()}
     return dict(sorted(parsed.items()))
 
 

@@ -35,8 +35,7 @@ def validate_queue(queue: object) -> str:
     for segment in segments:
         if not _SEGMENT.fullmatch(segment):
             raise InvalidRequest(
-                f"invalid queue path {queue!r}: segment {segment!r} must be 1-64 of "
-                "a-z A-Z 0-9 _ : # / @ -",
+                f"invalid queue path {queue!r}: segment {segment!r} must be 1-64 of a-z A-Z 0-9 _ : # / @ -",
                 field="queue",
             )
     return queue

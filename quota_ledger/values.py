@@ -7,16 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 
-class ReservationState(str, enum.Enum):
+class ReservationState(enum.StrEnum):
     """Where a reservation is in its life: ``pending`` until it is resolved exactly once."""
 
     PENDING = "pending"
     COMMITTED = "committed"
     ROLLED_BACK = "rolled_back"
     EXPIRED = "expired"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

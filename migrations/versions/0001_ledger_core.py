@@ -7,6 +7,8 @@ Create Date: 2026-11-22
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
@@ -26,7 +28,7 @@ def _name(length: int) -> sa.types.TypeEngine[str]:
     )
 
 
-def _ts() -> sa.types.TypeEngine[object]:
+def _ts() -> sa.types.TypeEngine[datetime]:
     return sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
@@ -55,11 +57,16 @@ def upgrade() -> None:
         sa.Column("resource", _name(253), nullable=False),
         sa.Column("in_use", sa.BigInteger(), nullable=False, comment="committed usage, base units"),
         sa.Column("reserved", sa.BigInteger(), nullable=False, comment="pending reservations"),
-        sa.Column("hard_limit", sa.BigInteger(), nullable=True, comment="NULL = unlimited; subtree rows only"),
+        sa.Column(
+            "hard_limit", sa.BigInteger(), nullable=True, comment="NULL = unlimited; subtree rows only"
+        ),
         sa.Column("updated_at", _ts(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_quota_usages"),
         sa.UniqueConstraint(
-            "partition", "scope_type", "scope", "resource",
+            "partition",
+            "scope_type",
+            "scope",
+            "resource",
             name="uq_quota_usages_partition_scope_type_scope_resource",
         ),
         sa.CheckConstraint("in_use >= 0", name="ck_quota_usages_in_use_nonnegative"),
@@ -67,9 +74,7 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "hard_limit IS NULL OR hard_limit >= 0", name="ck_quota_usages_hard_limit_nonnegative"
         ),
-        sa.CheckConstraint(
-            "scope_type IN ('queue', 'subtree')", name="ck_quota_usages_scope_type_known"
-        ),
+        sa.CheckConstraint("scope_type IN ('queue', 'subtree')", name="ck_quota_usages_scope_type_known"),
         sa.CheckConstraint(
             "(scope_type = 'subtree' AND hard_limit IS NOT NULL) "
             "OR (scope_type = 'queue' AND hard_limit IS NULL)",

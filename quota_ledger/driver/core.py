@@ -101,7 +101,9 @@ class DbQuotaDriver:
         """Every partition that has ever held a counter."""
 
         def work(tx: LedgerTx) -> list[str]:
-            return list(tx.conn.execute(select(quota_partitions.c.name).order_by(quota_partitions.c.name)).scalars())
+            return list(
+                tx.conn.execute(select(quota_partitions.c.name).order_by(quota_partitions.c.name)).scalars()
+            )
 
         return self.run(work)
 

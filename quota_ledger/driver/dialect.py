@@ -52,7 +52,9 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
-def build_engine(url: str | URL, *, pool_size: int = 10, max_overflow: int = 30, echo: bool = False) -> Engine:
+def build_engine(
+    url: str | URL, *, pool_size: int = 10, max_overflow: int = 30, echo: bool = False
+) -> Engine:
     """A SQLAlchemy engine set up the way the driver's locking assumes."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
@@ -82,9 +84,7 @@ def build_engine(url: str | URL, *, pool_size: int = 10, max_overflow: int = 30,
 
 
 def _sqlite_engine(url: URL, *, echo: bool) -> Engine:
-    engine = create_engine(
-        url, echo=echo, connect_args={"timeout": 30, "check_same_thread": False}
-    )
+    engine = create_engine(url, echo=echo, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -175,8 +175,9 @@ def classify(error: exc.DBAPIError) -> str:
         return RETRY_DUPLICATE
     if "no such table" in text or "no such column" in text:
         return MISSING_SCHEMA
-    if isinstance(error, exc.OperationalError) and sqlstate is None and code is None:
-        # psycopg reports a dropped connection without an SQLSTATE.
-        if "closed" in text or "terminat" in text or "connection" in text:
-            return RETRY_DISCONNECT
+    # psycopg reports a dropped connection without an SQLSTATE.
+    if isinstance(error, exc.OperationalError) and any(
+        word in text for word in ("closed", "terminat", "connection")
+    ):
+        return RETRY_DISCONNECT
     return FATAL

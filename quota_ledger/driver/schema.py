@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -45,7 +47,7 @@ def name_type(length: int) -> TypeEngine[str]:
     )
 
 
-def timestamp_type() -> TypeEngine[object]:
+def timestamp_type() -> TypeEngine[datetime]:
     """Naive UTC timestamps with microseconds (MariaDB's DATETIME defaults to whole seconds)."""
     return DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
@@ -108,9 +110,7 @@ reservations = Table(
     Column("expires_at", timestamp_type(), nullable=False),
     Column("resolved_at", timestamp_type(), nullable=True),
     UniqueConstraint("partition", "key"),
-    CheckConstraint(
-        "state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"
-    ),
+    CheckConstraint("state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"),
     CheckConstraint(
         "(state = 'pending' AND resolved_at IS NULL) OR (state <> 'pending' AND resolved_at IS NOT NULL)",
         name="resolved_when_not_pending",
@@ -151,9 +151,7 @@ quota_journal = Table(
     Column("operation_id", String(36), nullable=False, comment="one id per API call"),
     Column("created_at", timestamp_type(), nullable=False),
     CheckConstraint("kind IN ('commit', 'release')", name="kind_known"),
-    CheckConstraint(
-        "(kind = 'commit' AND delta > 0) OR (kind = 'release' AND delta < 0)", name="delta_sign"
-    ),
+    CheckConstraint("(kind = 'commit' AND delta > 0) OR (kind = 'release' AND delta < 0)", name="delta_sign"),
     Index(None, "operation_id"),
     comment="Append-only: every change of in_use. SUM(delta) per queue/resource = in_use.",
 )

@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, literal_column, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
@@ -64,23 +73,34 @@ _COUNTER_COLUMNS = (_U.id, _U.scope_type, _U.scope, _U.resource, _U.in_use, _U.r
 # lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
 _LOCK_PARTITION_ROW = select(dialect.utcnow()).where(quota_partitions.c.name == bindparam("p"))
 # lock_partition_* on PostgreSQL: a transaction-scoped advisory lock; no row is written.
-_PG_LOCK_SHARED = select(
-    func.pg_advisory_xact_lock_shared(bindparam("ns"), bindparam("k")), dialect.utcnow()
-)
+_PG_LOCK_SHARED = select(func.pg_advisory_xact_lock_shared(bindparam("ns"), bindparam("k")), dialect.utcnow())
 _PG_LOCK_EXCLUSIVE = select(func.pg_advisory_xact_lock(bindparam("ns"), bindparam("k")), dialect.utcnow())
 # db_now: the database clock; no lock.
 _DB_NOW = select(dialect.utcnow())
 
 # -- reservations ------------------------------------------------------------------------------
 _HEADER = (
-    _R.id, _R.partition, _R.key, _R.request_hash, _R.state, _R.queue, _R.user_name, _R.groups,
-    _R.application, _R.priority_class, _R.created_at, _R.expires_at, _R.resolved_at,
+    _R.id,
+    _R.partition,
+    _R.key,
+    _R.request_hash,
+    _R.state,
+    _R.queue,
+    _R.user_name,
+    _R.groups,
+    _R.application,
+    _R.priority_class,
+    _R.created_at,
+    _R.expires_at,
+    _R.resolved_at,
 )
 _ITEM = (_I.resource, _I.amount, _I.committed)
 _JOINED = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
 # find_reservation_by_key: no lock (idempotency check before any lock is taken).
-_FIND_BY_KEY = select(*_HEADER, *_ITEM).select_from(_JOINED).where(
-    _R.partition == bindparam("p"), _R.key == bindparam("key")
+_FIND_BY_KEY = (
+    select(*_HEADER, *_ITEM)
+    .select_from(_JOINED)
+    .where(_R.partition == bindparam("p"), _R.key == bindparam("key"))
 )
 # find_reservation: no lock.
 _FIND_BY_ID = select(*_HEADER, *_ITEM).select_from(_JOINED).where(_R.id == bindparam("id"))
@@ -100,11 +120,7 @@ _LOCK_EXPIRED_IDS = (
     .with_for_update(skip_locked=True)
 )
 # read_reservations: headers and items of rows this transaction already locked; no new lock.
-_READ_MANY = (
-    select(*_HEADER, *_ITEM)
-    .select_from(_JOINED)
-    .where(_R.id.in_(bindparam("ids", expanding=True)))
-)
+_READ_MANY = select(*_HEADER, *_ITEM).select_from(_JOINED).where(_R.id.in_(bindparam("ids", expanding=True)))
 _INSERT_HEADER = sa_insert(reservations)
 _INSERT_ITEMS = sa_insert(reservation_items)
 # resolve_reservation: conditional state change on a row we hold; rowcount tells if it applied.
@@ -190,9 +206,7 @@ _APPLY = (
 _SET_COUNTER = (
     update(quota_usages)
     .where(_U.id == bindparam("cid"))
-    .values(
-        in_use=bindparam("v_in_use"), reserved=bindparam("v_reserved"), updated_at=bindparam("now")
-    )
+    .values(in_use=bindparam("v_in_use"), reserved=bindparam("v_reserved"), updated_at=bindparam("now"))
 )
 _SET_LIMIT = (
     update(quota_usages)
@@ -237,7 +251,7 @@ _PENDING_SUMS = (
 # -- journal -----------------------------------------------------------------------------------
 _INSERT_JOURNAL = sa_insert(quota_journal)
 # operation_recorded: did an earlier attempt of this call already commit? no lock.
-_OPERATION_RECORDED = select(literal_column("1")).where(_J.operation_id == bindparam("op")).limit(1)
+_OPERATION_RECORDED = select(_J.id).where(_J.operation_id == bindparam("op")).limit(1)
 
 
 class LedgerTx:
@@ -258,11 +272,11 @@ class LedgerTx:
                 stmt, {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
             ).one()
             return row[1]  # type: ignore[no-any-return]
-        stmt = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
-        now = self.conn.execute(stmt, {"p": partition}).scalar()
+        row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
+        now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
         if now is None:
             raise MissingCounters(partition, [])
-        return now  # type: ignore[no-any-return]
+        return now
 
     def db_now(self) -> datetime:
         """The database clock."""
@@ -316,13 +330,9 @@ class LedgerTx:
                 ],
             )
 
-    def resolve_reservation(
-        self, reservation_id: str, state: ReservationState, now: datetime
-    ) -> bool:
+    def resolve_reservation(self, reservation_id: str, state: ReservationState, now: datetime) -> bool:
         """``pending -> state`` as a conditional update; False if it was no longer pending."""
-        result = self.conn.execute(
-            _RESOLVE, {"rid": reservation_id, "new_state": state.value, "now": now}
-        )
+        result = self.conn.execute(_RESOLVE, {"rid": reservation_id, "new_state": state.value, "now": now})
         return result.rowcount == 1
 
     def record_commits(self, reservation_id: str, committed: Mapping[str, int]) -> None:
@@ -408,7 +418,15 @@ class LedgerTx:
             self.conn.execute(_SET_COUNTER, params)
 
     def insert_subtree_counter(
-        self, partition: str, queue: str, resource: str, *, in_use: int, reserved: int, limit: int, now: datetime
+        self,
+        partition: str,
+        queue: str,
+        resource: str,
+        *,
+        in_use: int,
+        reserved: int,
+        limit: int,
+        now: datetime,
     ) -> None:
         self.conn.execute(
             _INSERT_COUNTER,
@@ -537,9 +555,7 @@ def _build(rows: list[Any]) -> StoredReservation:
     items = [row for row in rows if row.resource is not None]
     state = ReservationState(head.state)
     committed = (
-        {row.resource: row.committed or 0 for row in items}
-        if state is ReservationState.COMMITTED
-        else None
+        {row.resource: row.committed or 0 for row in items} if state is ReservationState.COMMITTED else None
     )
     reservation = Reservation(
         id=head.id,

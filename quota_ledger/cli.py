@@ -1,0 +1,366 @@
+"""The ``quota-ledger`` command. Exit codes: 0 ok, 1 ledger error, 2 bad usage, 3 over quota,
+4 audit found drift (without ``--fix``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from quota_ledger import migrate, sweeper
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.errors import InvalidRequest, OverQuota, QuotaLedgerError
+from quota_ledger.quantity import format_quantity
+from quota_ledger.settings import Settings
+from quota_ledger.values import Reservation, Usage
+
+EXIT_ERROR, EXIT_USAGE, EXIT_OVER_QUOTA, EXIT_DRIFT = 1, 2, 3, 4
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    settings = Settings() if args.db is None else Settings(db=args.db)  # type: ignore[call-arg]
+    engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl)
+    try:
+        handler: Callable[[QuotaEngine, argparse.Namespace, Settings], int] = args.handler
+        return handler(engine, args, settings)
+    except OverQuota as error:
+        _fail(args, error, violations=[dataclasses.asdict(v) for v in error.violations])
+        return EXIT_OVER_QUOTA
+    except QuotaLedgerError as error:
+        _fail(args, error)
+        return EXIT_ERROR
+    finally:
+        engine.close()
+
+
+# -- commands ------------------------------------------------------------------------------------
+def _db_upgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    engine.migrate(args.revision)
+    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
+    return 0
+
+
+def _db_downgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    migrate.downgrade(engine.driver.engine, args.revision)
+    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
+    return 0
+
+
+def _db_current(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
+    return 0
+
+
+def _limits_set(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    engine.set_limits(args.queue, _pairs(args.resources, allow_none=True), partition=args.partition)
+    return _limits_show(engine, args, _s)
+
+
+def _limits_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    limits = engine.limits(partition=args.partition)
+    if getattr(args, "queue", None):
+        limits = {q: v for q, v in limits.items() if q == args.queue}
+    if args.json:
+        _emit(limits)
+        return 0
+    rows = [
+        [q, res, format_quantity(res, lim), str(lim)] for q, v in limits.items() for res, lim in v.items()
+    ]
+    print(_table(["QUEUE", "RESOURCE", "LIMIT", "BASE UNITS"], rows) if rows else "no limits set")
+    return 0
+
+
+def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    reservation = engine.reserve(
+        args.queue,
+        _pairs(args.resources),
+        partition=args.partition,
+        user=args.user,
+        groups=args.group or (),
+        application=args.application,
+        priority_class=args.priority_class,
+        ttl=args.ttl,
+        key=args.key,
+    )
+    return _print_reservation(args, reservation)
+
+
+def _commit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    partial = _pairs(args.resources) if args.resources else None
+    return _print_reservation(args, engine.commit(args.id, partial))
+
+
+def _rollback(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    return _print_reservation(args, engine.rollback(args.id))
+
+
+def _show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    return _print_reservation(args, engine.get(args.id))
+
+
+def _release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    resources = _pairs(args.resources)
+    engine.release(
+        args.queue,
+        resources,
+        partition=args.partition,
+        user=args.user,
+        groups=args.group or (),
+        application=args.application,
+        finished=args.finished,
+    )
+    _say(args, {"released": resources, "queue": args.queue}, "released from {queue}")
+    return 0
+
+
+def _usage(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    usage = engine.usage(args.queue, partition=args.partition)
+    if args.json:
+        _emit({res: {**dataclasses.asdict(u), "available": u.available} for res, u in usage.items()})
+        return 0
+    print(f"usage of {args.queue} (partition {args.partition}, whole subtree)")
+    print(_usage_table(usage) if usage else "no usage recorded")
+    return 0
+
+
+def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
+    batch = args.batch_size or settings.sweep_batch_size
+    if args.once:
+        expired = engine.expire(batch_size=batch)
+        _say(args, {"expired": expired}, "expired {expired} reservations")
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    interval = args.interval or settings.sweep_interval
+    print(f"sweeping every {interval}s in batches of {batch}; Ctrl-C to stop", file=sys.stderr)
+    total = sweeper.run(
+        engine,
+        interval=interval,
+        batch_size=batch,
+        stop=stop,
+        on_round=lambda n: print(f"expired {n} reservations", file=sys.stderr, flush=True) if n else None,
+    )
+    _say(args, {"expired": total}, "stopped; expired {expired} reservations in total")
+    return 0
+
+
+def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    drifts = engine.audit(fix=args.fix, partition=args.partition)
+    if args.json:
+        _emit([dataclasses.asdict(d) for d in drifts])
+    elif not drifts:
+        print("audit clean: every counter matches the ledger history")
+    else:
+        rows = [
+            [
+                d.partition,
+                d.scope_type,
+                d.scope,
+                d.resource,
+                f"{d.in_use}/{d.reserved}",
+                f"{d.expected_in_use}/{d.expected_reserved}",
+                "fixed" if d.fixed else "not fixed",
+            ]
+            for d in drifts
+        ]
+        print(
+            _table(
+                ["PARTITION", "TYPE", "SCOPE", "RESOURCE", "STORED in_use/reserved", "EXPECTED", "STATUS"],
+                rows,
+            )
+        )
+    return EXIT_DRIFT if drifts and not args.fix else 0
+
+
+# -- parsing and printing ------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help="database URL (env QUOTA_LEDGER_DB)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    part = argparse.ArgumentParser(add_help=False)
+    part.add_argument("--partition", default="default")
+    ident = argparse.ArgumentParser(add_help=False)
+    ident.add_argument("--user")
+    ident.add_argument("--group", action="append", help="a group of the user (repeatable)")
+    ident.add_argument("--application")
+
+    parser = argparse.ArgumentParser(
+        prog="quota-ledger", parents=[common], description="A database-backed quota ledger."
+    )
+    parser.set_defaults(db=None, json=False, verbose=False)
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    db = sub.add_parser("db", help="schema migrations").add_subparsers(title="db commands", metavar="ACTION")
+    p = db.add_parser("upgrade", parents=[common], help="migrate to the newest schema (or --revision)")
+    p.add_argument("--revision", default="head")
+    p.set_defaults(handler=_db_upgrade)
+    p = db.add_parser("downgrade", parents=[common], help="migrate down to REVISION (base = drop all)")
+    p.add_argument("revision")
+    p.set_defaults(handler=_db_downgrade)
+    db.add_parser("current", parents=[common], help="print the schema revision").set_defaults(
+        handler=_db_current
+    )
+
+    limits = sub.add_parser("limits", help="queue limits").add_subparsers(
+        title="limits commands", metavar="ACTION"
+    )
+    p = limits.add_parser(
+        "set", parents=[common, part], help="set limits: QUEUE RES=QTY ... (RES=none removes)"
+    )
+    p.add_argument("queue")
+    p.add_argument("resources", nargs="+", metavar="RES=QTY")
+    p.set_defaults(handler=_limits_set)
+    p = limits.add_parser("show", parents=[common, part], help="show limits")
+    p.add_argument("queue", nargs="?")
+    p.set_defaults(handler=_limits_show)
+
+    p = sub.add_parser("reserve", parents=[common, part, ident], help="reserve QUEUE RES=QTY ...")
+    p.add_argument("queue")
+    p.add_argument("resources", nargs="*", metavar="RES=QTY")
+    p.add_argument("--ttl", type=float, help="seconds until the reservation expires")
+    p.add_argument("--key", help="idempotency key (request id)")
+    p.add_argument("--priority-class")
+    p.set_defaults(handler=_reserve)
+    p = sub.add_parser("commit", parents=[common], help="commit ID [RES=QTY ... to commit less]")
+    p.add_argument("id")
+    p.add_argument("resources", nargs="*", metavar="RES=QTY")
+    p.set_defaults(handler=_commit)
+    p = sub.add_parser("rollback", parents=[common], help="roll back reservation ID")
+    p.add_argument("id")
+    p.set_defaults(handler=_rollback)
+    p = sub.add_parser("show", parents=[common], help="show reservation ID")
+    p.add_argument("id")
+    p.set_defaults(handler=_show)
+    p = sub.add_parser("release", parents=[common, part, ident], help="release QUEUE RES=QTY ...")
+    p.add_argument("queue")
+    p.add_argument("resources", nargs="+", metavar="RES=QTY")
+    p.add_argument("--finished", action="store_true", help="the application has finished")
+    p.set_defaults(handler=_release)
+    p = sub.add_parser("usage", parents=[common, part], help="usage table of a queue's subtree")
+    p.add_argument("queue", nargs="?", default="root")
+    p.set_defaults(handler=_usage)
+    p = sub.add_parser("sweep", parents=[common], help="expire reservations whose time ran out")
+    p.add_argument("--once", action="store_true", help="one sweep, then exit")
+    p.add_argument("--interval", type=float, help="seconds between sweeps (env QUOTA_LEDGER_SWEEP_INTERVAL)")
+    p.add_argument("--batch-size", type=int, help="reservations per transaction")
+    p.set_defaults(handler=_sweep)
+    p = sub.add_parser("audit", parents=[common], help="check counters against the ledger history")
+    p.add_argument("--fix", action="store_true", help="repair counters that disagree")
+    p.add_argument("--partition", default=None)
+    p.set_defaults(handler=_audit)
+    return parser
+
+
+def _pairs(items: Sequence[str], *, allow_none: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidRequest(f"expected RESOURCE=QUANTITY, got {item!r}", field=item)
+        result[name] = None if allow_none and value.lower() == "none" else value
+    return result
+
+
+def _print_reservation(args: argparse.Namespace, reservation: Reservation) -> int:
+    if args.json:
+        _emit(dataclasses.asdict(reservation))
+        return 0
+    amounts = ", ".join(f"{r}={format_quantity(r, a)}" for r, a in reservation.resources.items())
+    print(f"{reservation.id} {reservation.state.value} {reservation.queue} [{amounts}]")
+    print(
+        f"  expires {reservation.expires_at.isoformat(timespec='seconds')}"
+        + (f"  key {reservation.key}" if reservation.key else "")
+    )
+    if reservation.committed is not None:
+        done = ", ".join(f"{r}={format_quantity(r, a)}" for r, a in reservation.committed.items())
+        print(f"  committed [{done}]")
+    return 0
+
+
+def _usage_table(usage: dict[str, Usage]) -> str:
+    rows = []
+    for res, u in usage.items():
+        limit = "-" if u.limit is None else format_quantity(res, u.limit)
+        avail = (
+            "-"
+            if u.available is None
+            else (
+                format_quantity(res, u.available)
+                if u.available >= 0
+                else f"-{format_quantity(res, -u.available)}"
+            )
+        )
+        share = "" if not u.limit else f"{100 * (u.in_use + u.reserved) / u.limit:5.1f}%"
+        bar = "" if not u.limit else _bar((u.in_use + u.reserved) / u.limit)
+        rows.append(
+            [res, format_quantity(res, u.in_use), format_quantity(res, u.reserved), limit, avail, share, bar]
+        )
+    return _table(["RESOURCE", "IN USE", "RESERVED", "LIMIT", "AVAILABLE", "USED", ""], rows)
+
+
+def _bar(fraction: float, width: int = 20) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | set):
+        return list(value)
+    raise TypeError(type(value).__name__)
+
+
+def _emit(data: object) -> None:
+    print(json.dumps(data, default=_json_default, indent=2, sort_keys=True))
+
+
+def _say(args: argparse.Namespace, data: dict[str, Any], template: str) -> None:
+    if args.json:
+        _emit(data)
+    else:
+        print(template.format(**data))
+
+
+def _fail(args: argparse.Namespace, error: QuotaLedgerError, **extra: Any) -> None:
+    if args.json:
+        print(
+            json.dumps(
+                {"error": type(error).__name__, "message": str(error), **extra},
+                default=_json_default,
+                indent=2,
+            ),
+            file=sys.stderr,
+        )
+    else:
+        print(f"error: {error}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
