@@ -17,7 +17,7 @@ from quota_ledger import audit as audit_rules
 from quota_ledger import limits as limit_rules
 from quota_ledger import queues
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.statements import LedgerTx, StoredReservation
+from quota_ledger.driver.statements import LedgerTx, MissingCounters, StoredReservation
 from quota_ledger.errors import (
     IdempotencyConflict,
     InvalidCommit,
@@ -162,7 +162,15 @@ class QuotaEngine:
             if tx.attempt and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
-            own = tx.lock_queue_counters(partition, [(queue, r) for r in positive], create_missing=True)
+            pairs = [(queue, r) for r in positive]
+            own = tx.lock_queue_counters(partition, pairs, create_missing=False)
+            if len(own) < len(pairs):
+                # First use of these counters: refuse before creating them if the limits already
+                # say no, so that a refused request leaves no trace.
+                unlocked = tx.lock_subtree_counters(partition, chain, positive, lock=False)
+                if broken := limit_rules.violations(partition, positive, unlocked):
+                    raise OverQuota(broken)
+                raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
             limits = tx.lock_subtree_counters(partition, chain, positive)
             broken = limit_rules.violations(partition, positive, limits)
             if broken:

@@ -92,7 +92,7 @@ def _connect_or_fail(backend: str, url: URL) -> Server:
     try:
         with server.admin.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except Exception as error:  # noqa: BLE001 - any failure to connect is fatal here
+    except Exception as error:
         pytest.exit(f"{backend} was requested but cannot be reached at {url!r}: {error}", returncode=3)
     return server
 
@@ -229,6 +229,27 @@ def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
         server.drop_database(name)
 
 
+_BACKEND_FIXTURES = ("db_url", "server_db_url", "empty_db")
+_deselected: Counter[str] = Counter()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out tests of backends that were not requested (counted in the summary)."""
+    requested = _requested()
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        backend = next((params[f] for f in _BACKEND_FIXTURES if f in params), None)
+        if backend is not None and backend not in requested:
+            drop.append(item)
+            _deselected[backend] += 1
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     requested = _requested()
     lines = []
@@ -237,7 +258,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             source = _sources.get(backend, "not used")
             lines.append(f"{backend}: requested, {_ran[backend]} database tests, {source}")
         else:
-            lines.append(f"{backend}: NOT requested, its tests were skipped")
+            lines.append(f"{backend}: NOT requested, {_deselected[backend]} tests deselected")
     terminalreporter.section("quota-ledger backends")
     for line in lines:
         terminalreporter.write_line(line)

@@ -153,8 +153,8 @@ _LOCK_QUEUE = (
     .order_by(_U.scope, _U.resource)
     .with_for_update()
 )
-# lock_subtree_counters: locks the limits on the given scopes x resources (step 4).
-_LOCK_SUBTREE = (
+# read_subtree_counters: the limits on the given scopes x resources; no lock (a pre-check only).
+_READ_SUBTREE = (
     select(*_COUNTER_COLUMNS)
     .where(
         _U.partition == bindparam("p"),
@@ -163,8 +163,9 @@ _LOCK_SUBTREE = (
         _U.resource.in_(bindparam("resources", expanding=True)),
     )
     .order_by(_U.scope, _U.resource)
-    .with_for_update()
 )
+# lock_subtree_counters: locks the limits on the given scopes x resources (step 4).
+_LOCK_SUBTREE = _READ_SUBTREE.with_for_update()
 _SUBTREE_RANGE = or_(
     _U.scope == bindparam("q"), and_(_U.scope >= bindparam("lo"), _U.scope < bindparam("hi"))
 )
@@ -367,14 +368,15 @@ class LedgerTx:
         return {pair: counter for pair, counter in found.items() if pair in wanted}
 
     def lock_subtree_counters(
-        self, partition: str, scopes: Iterable[str], resources: Iterable[str]
+        self, partition: str, scopes: Iterable[str], resources: Iterable[str], *, lock: bool = True
     ) -> list[Counter]:
         """Lock the limits set on ``scopes`` for ``resources``, in canonical order."""
         scopes, resources = sorted(set(scopes)), sorted(set(resources))
         if not scopes or not resources:
             return []
         rows = self.conn.execute(
-            _LOCK_SUBTREE, {"p": partition, "scopes": scopes, "resources": resources}
+            _LOCK_SUBTREE if lock else _READ_SUBTREE,
+            {"p": partition, "scopes": scopes, "resources": resources},
         ).all()
         return [_counter(row) for row in rows]
 
