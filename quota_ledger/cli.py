@@ -28,6 +28,11 @@ EXIT_ERROR, EXIT_USAGE, EXIT_OVER_QUOTA, EXIT_DRIFT = 1, 2, 3, 4
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    # Global options may come before or after the command; parents share their actions, so
+    # their defaults are filled in here rather than with set_defaults.
+    for name, default in (("db", None), ("json", False), ("verbose", False)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
     if not hasattr(args, "handler"):
         parser.print_help()
         return EXIT_USAGE
@@ -203,7 +208,6 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="quota-ledger", parents=[common], description="A database-backed quota ledger."
     )
-    parser.set_defaults(db=None, json=False, verbose=False)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     db = sub.add_parser("db", help="schema migrations").add_subparsers(title="db commands", metavar="ACTION")

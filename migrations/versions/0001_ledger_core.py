@@ -40,7 +40,7 @@ def upgrade() -> None:
         "quota_partitions",
         sa.Column("name", _name(64), nullable=False, comment="partition; the unit of admin locking"),
         sa.Column("created_at", _ts(), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_quota_partitions"),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_quota_partitions")),
         comment="One row per partition. Reservations take it shared, limit changes exclusively.",
     )
     op.create_table(
@@ -61,24 +61,24 @@ def upgrade() -> None:
             "hard_limit", sa.BigInteger(), nullable=True, comment="NULL = unlimited; subtree rows only"
         ),
         sa.Column("updated_at", _ts(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_quota_usages"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_quota_usages")),
         sa.UniqueConstraint(
             "partition",
             "scope_type",
             "scope",
             "resource",
-            name="uq_quota_usages_partition_scope_type_scope_resource",
+            name=op.f("uq_quota_usages_partition_scope_type_scope_resource"),
         ),
-        sa.CheckConstraint("in_use >= 0", name="ck_quota_usages_in_use_nonnegative"),
-        sa.CheckConstraint("reserved >= 0", name="ck_quota_usages_reserved_nonnegative"),
+        sa.CheckConstraint("in_use >= 0", name=op.f("ck_quota_usages_in_use_nonnegative")),
+        sa.CheckConstraint("reserved >= 0", name=op.f("ck_quota_usages_reserved_nonnegative")),
         sa.CheckConstraint(
-            "hard_limit IS NULL OR hard_limit >= 0", name="ck_quota_usages_hard_limit_nonnegative"
+            "hard_limit IS NULL OR hard_limit >= 0", name=op.f("ck_quota_usages_hard_limit_nonnegative")
         ),
-        sa.CheckConstraint("scope_type IN ('queue', 'subtree')", name="ck_quota_usages_scope_type_known"),
+        sa.CheckConstraint("scope_type IN ('queue', 'subtree')", name=op.f("ck_quota_usages_scope_type_known")),
         sa.CheckConstraint(
             "(scope_type = 'subtree' AND hard_limit IS NOT NULL) "
             "OR (scope_type = 'queue' AND hard_limit IS NULL)",
-            name="ck_quota_usages_limit_only_on_subtree",
+            name=op.f("ck_quota_usages_limit_only_on_subtree"),
         ),
         comment="Usage counters. available = hard_limit - (in_use + reserved) on subtree rows.",
     )
@@ -97,20 +97,20 @@ def upgrade() -> None:
         sa.Column("created_at", _ts(), nullable=False),
         sa.Column("expires_at", _ts(), nullable=False),
         sa.Column("resolved_at", _ts(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name="pk_reservations"),
-        sa.UniqueConstraint("partition", "key", name="uq_reservations_partition_key"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_reservations")),
+        sa.UniqueConstraint("partition", "key", name=op.f("uq_reservations_partition_key")),
         sa.CheckConstraint(
             "state IN ('pending', 'committed', 'rolled_back', 'expired')",
-            name="ck_reservations_state_known",
+            name=op.f("ck_reservations_state_known"),
         ),
         sa.CheckConstraint(
             "(state = 'pending' AND resolved_at IS NULL) OR (state <> 'pending' AND resolved_at IS NOT NULL)",
-            name="ck_reservations_resolved_when_not_pending",
+            name=op.f("ck_reservations_resolved_when_not_pending"),
         ),
         comment="Reservation headers; per-resource amounts are in reservation_items.",
     )
     op.create_index(
-        "ix_reservations_partition_state_expires_at",
+        op.f("ix_reservations_partition_state_expires_at"),
         "reservations",
         ["partition", "state", "expires_at"],
     )
@@ -123,14 +123,14 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["reservation_id"],
             ["reservations.id"],
-            name="fk_reservation_items_reservation_id_reservations",
+            name=op.f("fk_reservation_items_reservation_id_reservations"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("reservation_id", "resource", name="pk_reservation_items"),
-        sa.CheckConstraint("amount > 0", name="ck_reservation_items_amount_positive"),
+        sa.PrimaryKeyConstraint("reservation_id", "resource", name=op.f("pk_reservation_items")),
+        sa.CheckConstraint("amount > 0", name=op.f("ck_reservation_items_amount_positive")),
         sa.CheckConstraint(
             "committed IS NULL OR (committed >= 0 AND committed <= amount)",
-            name="ck_reservation_items_committed_in_range",
+            name=op.f("ck_reservation_items_committed_in_range"),
         ),
     )
     op.create_table(
@@ -144,22 +144,22 @@ def upgrade() -> None:
         sa.Column("reservation_id", sa.String(36), nullable=True, comment="for commits"),
         sa.Column("operation_id", sa.String(36), nullable=False, comment="one id per API call"),
         sa.Column("created_at", _ts(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_quota_journal"),
-        sa.CheckConstraint("kind IN ('commit', 'release')", name="ck_quota_journal_kind_known"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_quota_journal")),
+        sa.CheckConstraint("kind IN ('commit', 'release')", name=op.f("ck_quota_journal_kind_known")),
         sa.CheckConstraint(
             "(kind = 'commit' AND delta > 0) OR (kind = 'release' AND delta < 0)",
-            name="ck_quota_journal_delta_sign",
+            name=op.f("ck_quota_journal_delta_sign"),
         ),
         comment="Append-only: every change of in_use. SUM(delta) per queue/resource = in_use.",
     )
-    op.create_index("ix_quota_journal_operation_id", "quota_journal", ["operation_id"])
+    op.create_index(op.f("ix_quota_journal_operation_id"), "quota_journal", ["operation_id"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_quota_journal_operation_id", table_name="quota_journal")
+    op.drop_index(op.f("ix_quota_journal_operation_id"), table_name="quota_journal")
     op.drop_table("quota_journal")
     op.drop_table("reservation_items")
-    op.drop_index("ix_reservations_partition_state_expires_at", table_name="reservations")
+    op.drop_index(op.f("ix_reservations_partition_state_expires_at"), table_name="reservations")
     op.drop_table("reservations")
     op.drop_table("quota_usages")
     op.drop_table("quota_partitions")

@@ -145,6 +145,18 @@ def classify(error: exc.DBAPIError) -> str:
     orig = error.orig
     if error.connection_invalidated:
         return RETRY_DISCONNECT
+    args = getattr(orig, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code is not None:  # pymysql: an errno (its sqlstate would be ambiguous, e.g. HY000)
+        if code in _MY_CONFLICT:
+            return RETRY_CONFLICT
+        if code in _MY_DISCONNECT:
+            return RETRY_DISCONNECT
+        if code == 1062:
+            return RETRY_DUPLICATE
+        if code in (1146, 1054):
+            return MISSING_SCHEMA
+        return FATAL
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate is not None:  # psycopg
         if sqlstate in _PG_CONFLICT:
@@ -154,18 +166,6 @@ def classify(error: exc.DBAPIError) -> str:
         if sqlstate == "23505":
             return RETRY_DUPLICATE
         if sqlstate in ("42P01", "42703"):
-            return MISSING_SCHEMA
-        return FATAL
-    args = getattr(orig, "args", ())
-    code = args[0] if args and isinstance(args[0], int) else None
-    if code is not None:  # pymysql
-        if code in _MY_CONFLICT:
-            return RETRY_CONFLICT
-        if code in _MY_DISCONNECT:
-            return RETRY_DISCONNECT
-        if code == 1062:
-            return RETRY_DUPLICATE
-        if code in (1146, 1054):
             return MISSING_SCHEMA
         return FATAL
     text = str(orig).lower()

@@ -1,0 +1,103 @@
+"""Migrations on every backend: up, down, up again; no drift between models and migrations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+from sqlalchemy.engine import URL
+
+from quota_ledger import QuotaEngine, SchemaNotReady, migrate
+from quota_ledger.driver.schema import metadata
+
+REPO = Path(__file__).resolve().parents[2]
+LEDGER_TABLES = {t.name for t in metadata.sorted_tables}
+
+
+def _tables(engine: QuotaEngine) -> set[str]:
+    return set(inspect(engine.driver.engine).get_table_names())
+
+
+def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine:
+        assert migrate.current(engine.driver.engine) is None
+        engine.migrate()
+        assert migrate.current(engine.driver.engine) == "0001"
+        assert _tables(engine) >= LEDGER_TABLES
+        migrate.downgrade(engine.driver.engine, "base")
+        assert migrate.current(engine.driver.engine) is None
+        assert not LEDGER_TABLES & _tables(engine)
+        engine.migrate()
+        migrate.check(engine.driver.engine)
+        engine.set_limits("root.a", {"fpga": 1})
+        assert engine.usage("root.a")["fpga"].limit == 1
+
+
+def test_models_and_migrations_do_not_drift(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        migrate.check(engine.driver.engine)  # raises alembic.util.CommandError on drift
+
+
+def test_migrate_twice_is_a_no_op(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        engine.set_limits("root.a", {"fpga": 3})
+        engine.migrate()
+        assert engine.limits() == {"root.a": {"fpga": 3}}
+
+
+def test_unmigrated_database_raises_schema_not_ready(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine, pytest.raises(SchemaNotReady):
+        engine.reserve("root.a", {"fpga": 1})
+
+
+def test_constraint_names_follow_the_naming_convention(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        inspector = inspect(engine.driver.engine)
+        uniques = {u["name"] for u in inspector.get_unique_constraints("quota_usages")}
+        assert "uq_quota_usages_partition_scope_type_scope_resource" in uniques
+        checks = {c["name"] for c in inspector.get_check_constraints("quota_usages")}
+        assert {"ck_quota_usages_in_use_nonnegative", "ck_quota_usages_reserved_nonnegative"} <= checks
+        indexes = {i["name"] for i in inspector.get_indexes("reservations")}
+        assert "ix_reservations_partition_state_expires_at" in indexes
+
+
+@pytest.mark.slow
+def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(dist.glob("quota_ledger-*.whl"))
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    assert (site / "quota_ledger" / "_migrations" / "env.py").is_file()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("QUOTA_LEDGER_DB", None)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import quota_ledger.migrate as m; print(m.script_location())"],
+        cwd=workdir, env=env, check=True, capture_output=True, text=True,
+    )
+    assert probe.stdout.strip().startswith(str(site))
+    # The console script's default database is a SQLite file in the working directory.
+    result = subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", "db", "upgrade"],
+        cwd=workdir, env=env, capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "schema at 0001" in result.stdout
+    assert (workdir / "quota-ledger.db").is_file()
