@@ -1,0 +1,150 @@
+"""The ``quota-ledger`` command, run as a user would: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+
+EXIT_OVER_QUOTA, EXIT_DRIFT = 3, 4
+
+
+def cli(*args: str, db: URL | str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUOTA_LEDGER_DB"}
+    if db is not None:
+        env["QUOTA_LEDGER_DB"] = db.render_as_string(hide_password=False) if isinstance(db, URL) else db
+    return subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", *args],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=120, check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_reserve_commit_rollback_release_flow(db_url: URL) -> None:
+    ok(cli("limits", "set", "root.project-a", "fpga=5", "memory=64Gi", db=db_url))
+    reserved = json.loads(ok(cli("reserve", "root.project-a", "fpga=2", "memory=4Gi", "--key", "r1",
+                                 "--json", db=db_url)))
+    assert reserved["state"] == "pending"
+    assert reserved["resources"] == {"fpga": 2, "memory": 4 * 2**30}
+    refused = cli("reserve", "root.project-a.x", "fpga=4", "--json", db=db_url)
+    assert refused.returncode == EXIT_OVER_QUOTA
+    error = json.loads(refused.stderr)
+    assert error["error"] == "OverQuota"
+    assert error["violations"][0]["scope"] == "root.project-a"
+    assert "committed" in ok(cli("commit", reserved["id"], db=db_url))
+    second = json.loads(ok(cli("reserve", "root.project-a", "fpga=1", "--json", db=db_url)))
+    assert "rolled_back" in ok(cli("rollback", second["id"], db=db_url))
+    ok(cli("release", "root.project-a", "fpga=1", db=db_url))
+    usage = json.loads(ok(cli("usage", "root.project-a", "--json", db=db_url)))
+    assert usage["fpga"] == {"in_use": 1, "reserved": 0, "limit": 5, "available": 4}
+    assert "audit clean" in ok(cli("audit", db=db_url))
+
+
+def test_usage_prints_a_readable_table(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    ok(cli("limits", "set", "root.a", "memory=8Gi", "vcore=4", db=db))
+    ok(cli("reserve", "root.a.b", "memory=2Gi", "vcore=500m", db=db))
+    table = ok(cli("usage", "root.a", db=db)).splitlines()
+    assert table[1].split() == ["RESOURCE", "IN", "USE", "RESERVED", "LIMIT", "AVAILABLE", "USED"]
+    memory = next(line for line in table if line.startswith("memory"))
+    assert memory.split()[:6] == ["memory", "0", "2Gi", "8Gi", "6Gi", "25.0%"]
+    vcore = next(line for line in table if line.startswith("vcore"))
+    assert vcore.split()[:5] == ["vcore", "0", "500m", "4", "3500m"]
+
+
+def test_database_defaults_to_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
+    assert "schema at 0001" in ok(cli("db", "upgrade", cwd=tmp_path))
+    assert (tmp_path / "quota-ledger.db").is_file()
+    ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path))
+    other = tmp_path / "other.db"
+    ok(cli("--db", f"sqlite:///{other}", "db", "upgrade", cwd=tmp_path))
+    assert json.loads(ok(cli("--db", f"sqlite:///{other}", "usage", "--json", cwd=tmp_path))) == {}
+    assert json.loads(ok(cli("usage", "--json", cwd=tmp_path)))["fpga"]["reserved"] == 1
+
+
+def test_sweep_once_expires_what_ran_out(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    ok(cli("reserve", "root.a", "fpga=1", "--ttl", "0.2", db=db))
+    ok(cli("reserve", "root.a", "fpga=2", "--ttl", "600", db=db))
+    time.sleep(0.3)
+    assert json.loads(ok(cli("sweep", "--once", "--json", db=db))) == {"expired": 1}
+    assert json.loads(ok(cli("usage", "root.a", "--json", db=db)))["fpga"]["reserved"] == 2
+
+
+def test_sweep_loop_stops_on_sigterm(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    ok(cli("reserve", "root.a", "fpga=1", "--ttl", "0.1", db=db))
+    env = {**os.environ, "QUOTA_LEDGER_DB": db}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quota_ledger.cli", "sweep", "--interval", "0.1", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            usage = json.loads(ok(cli("usage", "root.a", "--json", db=db)))
+            if usage["fpga"]["reserved"] == 0:
+                break
+            time.sleep(0.2)
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert json.loads(out) == {"expired": 1}
+
+
+def test_audit_exit_code_reports_drift_and_fix_repairs_it(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "l.db"
+    db = f"sqlite:///{path}"
+    ok(cli("db", "upgrade", db=db))
+    ok(cli("reserve", "root.a", "fpga=3", db=db))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE quota_usages SET reserved = 1")
+    found = cli("audit", "--json", db=db)
+    assert found.returncode == EXIT_DRIFT
+    [drift] = json.loads(found.stdout)
+    assert (drift["reserved"], drift["expected_reserved"], drift["fixed"]) == (1, 3, False)
+    fixed = json.loads(ok(cli("audit", "--fix", "--json", db=db)))
+    assert fixed[0]["fixed"] is True
+    assert "audit clean" in ok(cli("audit", db=db))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("reserve", "root.a", "fpga=-1"), "invalid quantity '-1' for resource 'fpga'"),
+        (("reserve", "root.a", "fpga"), "expected RESOURCE=QUANTITY"),
+        (("reserve", "project", "fpga=1"), "must start with 'root'"),
+        (("commit", "no-such-id"), "not found"),
+        (("release", "root.a", "fpga=1"), "cannot release more than is in use"),
+    ],
+)
+def test_bad_input_exits_1_with_a_clear_message(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    result = cli(*args, db=db)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unmigrated_database_says_to_run_db_upgrade(tmp_path: Path) -> None:
+    result = cli("reserve", "root.a", "fpga=1", db=f"sqlite:///{tmp_path / 'new.db'}")
+    assert result.returncode == 1
+    assert "quota-ledger db upgrade" in result.stderr
