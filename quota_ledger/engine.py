@@ -322,7 +322,8 @@ class QuotaEngine:
         return total
 
     def _expire_batch(self, tx: LedgerTx, partition: str, batch_size: int) -> int:
-        stored = tx.lock_expired(partition, batch_size)
+        now = tx.db_now()
+        stored = tx.lock_expired(partition, batch_size, now)
         if not stored:
             return 0
         expiring = [s.reservation for s in stored]
@@ -335,7 +336,6 @@ class QuotaEngine:
             for counter in _counters_of(reservation, own, limits):
                 d_in_use, d_reserved = deltas.get(counter.id, (0, 0))
                 deltas[counter.id] = (d_in_use, d_reserved - reservation.resources[counter.resource])
-        now = tx.db_now()
         tx.apply_counter_deltas(deltas, now)
         return tx.expire_reservations([r.id for r in expiring], now)
 

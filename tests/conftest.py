@@ -195,6 +195,12 @@ def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UR
 
 
 @pytest.fixture
+def postgres_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
+    """A fresh, migrated PostgreSQL database (for PostgreSQL-only checks such as query plans)."""
+    yield from _fresh_url(request, "postgresql", tmp_path)
+
+
+@pytest.fixture
 def ledger(db_url: URL) -> Iterator[QuotaEngine]:
     """A QuotaEngine on a fresh database of each backend."""
     engine = QuotaEngine.from_url(db_url)

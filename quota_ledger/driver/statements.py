@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Integer,
     and_,
     bindparam,
     delete,
@@ -112,11 +113,13 @@ _LOCK_BY_ID = (
     .with_for_update(of=reservations)
 )
 # lock_expired: locks up to :n expired pending reservations, skipping rows others hold (step 2).
+# :now is bound (read from the database first): a volatile clock call here would keep PostgreSQL
+# from using the (partition, state, expires_at) index.
 _LOCK_EXPIRED_IDS = (
     select(_R.id)
-    .where(_R.partition == bindparam("p"), _R.state == "pending", _R.expires_at <= dialect.utcnow())
+    .where(_R.partition == bindparam("p"), _R.state == "pending", _R.expires_at <= bindparam("now"))
     .order_by(_R.expires_at)
-    .limit(bindparam("n"))
+    .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)
 )
 # read_reservations: headers and items of rows this transaction already locked; no new lock.
@@ -296,9 +299,10 @@ class LedgerTx:
         stored = _one(rows)
         return None if stored is None else (stored, rows[0].db_now)
 
-    def lock_expired(self, partition: str, limit: int) -> list[StoredReservation]:
-        """Lock up to ``limit`` expired pending reservations that nobody else holds."""
-        ids = list(self.conn.execute(_LOCK_EXPIRED_IDS, {"p": partition, "n": limit}).scalars())
+    def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
+        """Lock up to ``limit`` pending reservations expired at ``now`` that nobody else holds."""
+        params = {"p": partition, "n": limit, "now": now}
+        ids = list(self.conn.execute(_LOCK_EXPIRED_IDS, params).scalars())
         if not ids:
             return []
         return _many(self.conn.execute(_READ_MANY, {"ids": ids}).all())
