@@ -158,6 +158,10 @@ def classify(error: exc.DBAPIError) -> str:
             return MISSING_SCHEMA
         return FATAL
     sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is None and type(orig).__module__.startswith("psycopg"):
+        # psycopg reports client-side and connection failures without an SQLSTATE (a backend
+        # killed mid-pipeline surfaces as "cannot exit pipeline mode while busy").
+        return RETRY_DISCONNECT if isinstance(error, exc.OperationalError) else FATAL
     if sqlstate is not None:  # psycopg
         if sqlstate in _PG_CONFLICT:
             return RETRY_CONFLICT

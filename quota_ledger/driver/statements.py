@@ -68,6 +68,18 @@ _U = quota_usages.c
 _R = reservations.c
 _I = reservation_items.c
 _J = quota_journal.c
+# MariaDB locks rows in the order it scans them, and on a small table it prefers a full scan
+# in primary-key order, which would break the canonical order (and lock rows that do not
+# match). Forcing the unique counter index makes it scan, and lock, in (scope, resource) order.
+_COUNTER_INDEX = "FORCE INDEX (uq_quota_usages_partition_scope_type_scope_resource)"
+
+
+def _in_index_order(stmt: Any) -> Any:
+    for name in ("mysql", "mariadb"):
+        stmt = stmt.with_hint(quota_usages, _COUNTER_INDEX, dialect_name=name)
+    return stmt
+
+
 _COUNTER_COLUMNS = (_U.id, _U.scope_type, _U.scope, _U.resource, _U.in_use, _U.reserved, _U.hard_limit)
 
 # -- partition ---------------------------------------------------------------------------------
@@ -115,11 +127,19 @@ _LOCK_BY_ID = (
 # lock_expired: locks up to :n expired pending reservations, skipping rows others hold (step 2).
 # :now is bound (read from the database first): a volatile clock call here would keep PostgreSQL
 # from using the (partition, state, expires_at) index.
-_LOCK_EXPIRED_IDS = (
+_EXPIRED_IDS = (
     select(_R.id)
     .where(_R.partition == bindparam("p"), _R.state == "pending", _R.expires_at <= bindparam("now"))
     .order_by(_R.expires_at)
     .limit(bindparam("n", type_=Integer))
+)
+_LOCK_EXPIRED_IDS = _EXPIRED_IDS.with_for_update(skip_locked=True)
+# MariaDB keeps its locks on index entries it skipped through the secondary index, which lets
+# a sweep block a commit; there the candidates are read without locks, then locked by key.
+_LOCK_IDS_IF_PENDING = (
+    select(_R.id)
+    .where(_R.id.in_(bindparam("ids", expanding=True)), _R.state == "pending")
+    .order_by(_R.id)
     .with_for_update(skip_locked=True)
 )
 # read_reservations: headers and items of rows this transaction already locked; no new lock.
@@ -146,7 +166,7 @@ _SET_COMMITTED = (
 # -- counters ----------------------------------------------------------------------------------
 # lock_queue_counters: locks queue counters of the given queues x resources (step 3).
 _LOCK_QUEUE = (
-    select(*_COUNTER_COLUMNS)
+    _in_index_order(select(*_COUNTER_COLUMNS))
     .where(
         _U.partition == bindparam("p"),
         _U.scope_type == QUEUE,
@@ -168,14 +188,14 @@ _READ_SUBTREE = (
     .order_by(_U.scope, _U.resource)
 )
 # lock_subtree_counters: locks the limits on the given scopes x resources (step 4).
-_LOCK_SUBTREE = _READ_SUBTREE.with_for_update()
+_LOCK_SUBTREE = _in_index_order(_READ_SUBTREE).with_for_update()
 _SUBTREE_RANGE = or_(
     _U.scope == bindparam("q"), and_(_U.scope >= bindparam("lo"), _U.scope < bindparam("hi"))
 )
 # lock_queue_counters_below: locks every queue counter of a queue's subtree for one resource
 # (step 3, used by limit changes under the exclusive partition lock).
 _LOCK_QUEUE_BELOW = (
-    select(*_COUNTER_COLUMNS)
+    _in_index_order(select(*_COUNTER_COLUMNS))
     .where(
         _U.partition == bindparam("p"),
         _U.scope_type == QUEUE,
@@ -222,7 +242,7 @@ _INSERT_COUNTER = sa_insert(quota_usages)
 
 # lock_all_counters: locks every counter of one type in a partition (audit --fix, steps 3/4).
 _LOCK_ALL = (
-    select(*_COUNTER_COLUMNS)
+    _in_index_order(select(*_COUNTER_COLUMNS))
     .where(_U.partition == bindparam("p"), _U.scope_type == bindparam("st"))
     .order_by(_U.scope, _U.resource)
     .with_for_update()
@@ -302,7 +322,11 @@ class LedgerTx:
     def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
         """Lock up to ``limit`` pending reservations expired at ``now`` that nobody else holds."""
         params = {"p": partition, "n": limit, "now": now}
-        ids = list(self.conn.execute(_LOCK_EXPIRED_IDS, params).scalars())
+        if self.backend in ("mysql", "mariadb"):
+            candidates = list(self.conn.execute(_EXPIRED_IDS, params).scalars())
+            ids = candidates and list(self.conn.execute(_LOCK_IDS_IF_PENDING, {"ids": candidates}).scalars())
+        else:
+            ids = list(self.conn.execute(_LOCK_EXPIRED_IDS, params).scalars())
         if not ids:
             return []
         return _many(self.conn.execute(_READ_MANY, {"ids": ids}).all())
