@@ -40,9 +40,10 @@ _DECIMAL = {
 _NUMBER = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)", re.ASCII | re.DOTALL)
 _EXPONENT = re.compile(r"[eE]([+-]?\d+)", re.ASCII)
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?", re.ASCII)
-# Exponents beyond this cannot produce a value below 2^63 that is not zero; refusing them early
-# keeps a hostile "1e999999999" from costing a huge Fraction.
-_MAX_EXPONENT = 40
+#: longer texts are refused outright: no real quantity needs them, and they would cost time
+MAX_TEXT_LENGTH = 128
+#: |decimal exponent| beyond which parse_fraction refuses to build the exact value
+_MAX_EXACT_EXPONENT = 400
 
 
 def is_milli(resource: str) -> bool:
@@ -50,29 +51,41 @@ def is_milli(resource: str) -> bool:
     return resource in MILLI_RESOURCES
 
 
-def parse_fraction(text: str, *, resource: str = "") -> Fraction:
-    """The exact value of a Kubernetes quantity string, sign included."""
+def _split(text: str, resource: str) -> tuple[bool, str, int, Fraction]:
+    """``(negative, significant digits, decimal scale, suffix multiplier)`` of a quantity text.
+
+    The value is ``int(digits) * 10**scale * multiplier``; ``digits`` has no leading zeros
+    (empty for zero). Nothing here grows with the size of the exponent.
+    """
+    if len(text) > MAX_TEXT_LENGTH:
+        raise InvalidQuantity(resource, text, f"longer than {MAX_TEXT_LENGTH} characters")
     match = _NUMBER.fullmatch(text)
     if match is None:
         raise InvalidQuantity(resource, text, "not a number with an optional suffix")
-    sign, digits, suffix = match.groups()
-    if "." in digits:
-        whole, _, frac = digits.partition(".")
-        value = Fraction(int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac))
-    else:
-        value = Fraction(int(digits))
+    sign, number, suffix = match.groups()
+    whole, _, frac = number.partition(".")
+    scale = -len(frac)
     if suffix in _BINARY:
-        value *= _BINARY[suffix]
+        multiplier = Fraction(_BINARY[suffix])
     elif suffix in _DECIMAL:
-        value *= _DECIMAL[suffix]
+        multiplier = _DECIMAL[suffix]
     elif (exp := _EXPONENT.fullmatch(suffix)) is not None:
-        exponent = int(exp.group(1))
-        if exponent > _MAX_EXPONENT and value != 0:
-            raise InvalidQuantity(resource, text, "exceeds 2^63-1")
-        value *= Fraction(10) ** max(exponent, -_MAX_EXPONENT)
+        multiplier = Fraction(1)
+        scale += int(exp.group(1))
     else:
         raise InvalidQuantity(resource, text, f"unknown suffix {suffix!r}")
-    return -value if sign == "-" else value
+    return sign == "-", (whole + frac).lstrip("0"), scale, multiplier
+
+
+def parse_fraction(text: str, *, resource: str = "") -> Fraction:
+    """The exact value of a Kubernetes quantity string, sign included."""
+    negative, digits, scale, multiplier = _split(text, resource)
+    if not digits:
+        return Fraction(0)
+    if abs(scale) > _MAX_EXACT_EXPONENT:
+        raise InvalidQuantity(resource, text, "exponent out of range")
+    value = int(digits) * Fraction(10) ** scale * multiplier
+    return -value if negative else value
 
 
 def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -> int:
@@ -84,19 +97,35 @@ def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -
     """
     if milli is None:
         milli = is_milli(resource)
+    factor = 1000 if milli else 1
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidQuantity(
             resource, value, f"expected a quantity string or an int, not {type(value).__name__}"
         )
-    text = str(value)
-    if text == "":
-        raise InvalidQuantity(resource, text, "empty")
-    exact = parse_fraction(text, resource=resource)
-    if exact < 0:
-        raise InvalidQuantity(resource, text, "negative")
-    units = math.ceil(exact * 1000) if milli else math.ceil(exact)
+    if isinstance(value, int):
+        if value < 0 or value * factor > MAX_QUANTITY:
+            # str() of a huge int is itself refused by Python (more than 4300 digits).
+            text = str(value) if abs(value) < 10**100 else f"<int of {value.bit_length()} bits>"
+            raise InvalidQuantity(resource, text, "negative" if value < 0 else "exceeds 2^63-1")
+        return value * factor
+    if value == "":
+        raise InvalidQuantity(resource, value, "empty")
+    negative, digits, scale, multiplier = _split(value, resource)
+    if not digits:
+        return 0
+    if negative:
+        raise InvalidQuantity(resource, value, "negative")
+    # The value lies in [10**(magnitude-1), 10**magnitude) * multiplier, and the multiplier is
+    # between 1e-9 and 2**60 < 1e19: decide the extremes without building huge numbers.
+    magnitude = len(digits) + scale
+    if magnitude > 40:
+        raise InvalidQuantity(resource, value, "exceeds 2^63-1")
+    if magnitude < -40:
+        return 1  # positive and far below one unit: rounds up to one
+    exact = int(digits) * Fraction(10) ** scale * multiplier
+    units = math.ceil(exact * factor)
     if units > MAX_QUANTITY:
-        raise InvalidQuantity(resource, text, "exceeds 2^63-1")
+        raise InvalidQuantity(resource, value, "exceeds 2^63-1")
     return units
 
 
