@@ -10,32 +10,49 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from quota_ledger.limits import QUEUE, Counter
-from quota_ledger.queues import in_subtree
+from quota_ledger.queues import lineage
 from quota_ledger.values import Drift
 
 Sums = Mapping[tuple[str, str], int]
 
 
-def expected_values(counter: Counter, in_use: Sums, reserved: Sums) -> tuple[int, int]:
-    """``(in_use, reserved)`` that ``counter`` must hold according to the history."""
+def subtree_totals(sums: Sums) -> dict[tuple[str, str], int]:
+    """Per (queue, resource), the sum over that queue and every queue below it.
+
+    Each sum is added to its queue's lineage once, so this is linear in the history's size
+    times the tree depth, not in the number of limits times the history.
+    """
+    totals: dict[tuple[str, str], int] = {}
+    for (queue, resource), value in sums.items():
+        for scope in lineage(queue):
+            totals[(scope, resource)] = totals.get((scope, resource), 0) + value
+    return totals
+
+
+def expected_values(
+    counter: Counter,
+    in_use: Sums,
+    reserved: Sums,
+    *,
+    totals: tuple[Sums, Sums] | None = None,
+) -> tuple[int, int]:
+    """``(in_use, reserved)`` that ``counter`` must hold according to the history.
+
+    ``totals`` are :func:`subtree_totals` of both sums, computed once when checking many.
+    """
+    key = (counter.scope, counter.resource)
     if counter.scope_type == QUEUE:
-        key = (counter.scope, counter.resource)
         return in_use.get(key, 0), reserved.get(key, 0)
-    return (
-        _subtree_total(in_use, counter.scope, counter.resource),
-        _subtree_total(reserved, counter.scope, counter.resource),
-    )
-
-
-def _subtree_total(sums: Sums, queue: str, resource: str) -> int:
-    return sum(v for (q, r), v in sums.items() if r == resource and in_subtree(q, queue))
+    tree_in_use, tree_reserved = totals or (subtree_totals(in_use), subtree_totals(reserved))
+    return tree_in_use.get(key, 0), tree_reserved.get(key, 0)
 
 
 def find_drift(partition: str, counters: Iterable[Counter], in_use: Sums, reserved: Sums) -> list[Drift]:
     """Every counter whose stored values differ from the history."""
+    totals = (subtree_totals(in_use), subtree_totals(reserved))
     drifts = []
     for counter in counters:
-        want_in_use, want_reserved = expected_values(counter, in_use, reserved)
+        want_in_use, want_reserved = expected_values(counter, in_use, reserved, totals=totals)
         if (counter.in_use, counter.reserved) != (want_in_use, want_reserved):
             drifts.append(
                 Drift(

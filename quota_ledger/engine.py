@@ -162,6 +162,23 @@ class QuotaEngine:
             if tx.attempt and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
+            reservation = Reservation(
+                id=reservation_id,
+                state=ReservationState.PENDING,
+                partition=partition,
+                queue=queue,
+                resources=positive,
+                created_at=now.replace(tzinfo=UTC),
+                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
+                key=key,
+                user=identity["user"],
+                groups=group_list,
+                application=identity["application"],
+                priority_class=identity["priority_class"],
+            )
+            # Write our own new rows first and lock the shared counters last, so they are held
+            # only for check, update and commit. A refusal rolls the insert back.
+            tx.insert_reservation(reservation, request_hash)
             pairs = [(queue, r) for r in positive]
             own = tx.lock_queue_counters(partition, pairs, create_missing=False)
             if len(own) < len(pairs):
@@ -177,21 +194,6 @@ class QuotaEngine:
                 raise OverQuota(broken)
             counters = [*own.values(), *limits]
             limit_rules.check_overflow(positive, counters)
-            reservation = Reservation(
-                id=reservation_id,
-                state=ReservationState.PENDING,
-                partition=partition,
-                queue=queue,
-                resources=positive,
-                created_at=now.replace(tzinfo=UTC),
-                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
-                key=key,
-                user=identity["user"],
-                groups=group_list,
-                application=identity["application"],
-                priority_class=identity["priority_class"],
-            )
-            tx.insert_reservation(reservation, request_hash)
             tx.apply_counter_deltas({c.id: (0, positive[c.resource]) for c in counters}, now)
             return reservation
 
@@ -330,7 +332,7 @@ class QuotaEngine:
         pairs = {(r.queue, res) for r in expiring for res in r.resources}
         own = tx.lock_queue_counters(partition, pairs, create_missing=False)
         scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
-        limits = tx.lock_subtree_counters(partition, scopes, {res for _, res in pairs})
+        limits = _by_key(tx.lock_subtree_counters(partition, scopes, {res for _, res in pairs}))
         deltas: dict[int, tuple[int, int]] = {}
         for reservation in expiring:
             for counter in _counters_of(reservation, own, limits):
@@ -397,22 +399,15 @@ class QuotaEngine:
         now: datetime,
         operation_id: str,
     ) -> Reservation:
-        """Move a locked pending reservation to ``state`` and adjust its counters."""
-        pairs = [(reservation.queue, res) for res in reservation.resources]
-        own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
-        limits = tx.lock_subtree_counters(
-            reservation.partition, queues.lineage(reservation.queue), reservation.resources
-        )
-        counters = _counters_of(reservation, own, limits)
-        limit_rules.check_overflow(committed, counters, field="in_use")
+        """Move a locked pending reservation to ``state`` and adjust its counters.
+
+        The reservation's own rows (already locked) and the journal (new rows) are written
+        first; the shared counters are locked last, so they are held for the shortest time.
+        """
         if not tx.resolve_reservation(reservation.id, state, now):
             raise ReservationStateError(reservation.id, reservation.state, state.value)
-        tx.apply_counter_deltas(
-            {c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource]) for c in counters},
-            now,
-        )
         if state is ReservationState.COMMITTED:
-            tx.record_commits(reservation.id, committed)
+            tx.record_commits(reservation.id, committed, whole=committed == reservation.resources)
             tx.append_journal(
                 reservation.partition,
                 reservation.queue,
@@ -422,6 +417,17 @@ class QuotaEngine:
                 reservation_id=reservation.id,
                 now=now,
             )
+        pairs = [(reservation.queue, res) for res in reservation.resources]
+        own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
+        limits = tx.lock_subtree_counters(
+            reservation.partition, queues.lineage(reservation.queue), reservation.resources
+        )
+        counters = _counters_of(reservation, own, _by_key(limits))
+        limit_rules.check_overflow(committed, counters, field="in_use")
+        tx.apply_counter_deltas(
+            {c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource]) for c in counters},
+            now,
+        )
         return replace(
             reservation,
             state=state,
@@ -456,13 +462,23 @@ def _fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
     return [replace(d, fixed=True) for d in drifts]
 
 
+def _by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
+    return {(c.scope, c.resource): c for c in counters}
+
+
 def _counters_of(
-    reservation: Reservation, own: Mapping[tuple[str, str], Counter], limits: Iterable[Counter]
+    reservation: Reservation,
+    own: Mapping[tuple[str, str], Counter],
+    limits: Mapping[tuple[str, str], Counter],
 ) -> list[Counter]:
     """The locked counters a reservation is charged to: its queue's and its lineage's limits."""
-    chain = set(queues.lineage(reservation.queue))
-    mine = [own[(reservation.queue, res)] for res in reservation.resources if (reservation.queue, res) in own]
-    return mine + [c for c in limits if c.scope in chain and c.resource in reservation.resources]
+    chain = queues.lineage(reservation.queue)
+    found = []
+    for resource in reservation.resources:
+        if (mine := own.get((reservation.queue, resource))) is not None:
+            found.append(mine)
+        found += [c for scope in chain if (c := limits.get((scope, resource))) is not None]
+    return found
 
 
 def _commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:

@@ -7,7 +7,9 @@ Canonical lock order, the same on every path, so there are no deadlocks by desig
 3. ``queue`` counters, sorted by (scope, resource),
 4. ``subtree`` counters, sorted by (scope, resource), read by a *separate* statement so that
    a subtree row created while we waited for step 3 is seen (READ COMMITTED re-reads),
-5. inserts of new reservation rows (nobody else can be waiting for a row not yet committed).
+New rows (a reservation's header, items, journal entries) may be written at any point: nobody
+else can wait for a row not yet committed. Reserve and commit write theirs *before* locking the
+counters, so the shared counters are held only for check, update and commit.
 
 Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
 limit change holding the exclusive lock sees every counter it has to sum (no phantoms).
@@ -30,6 +32,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy import insert as sa_insert
@@ -157,6 +160,10 @@ _EXPIRE_MANY = (
     .where(_R.id.in_(bindparam("ids", expanding=True)), _R.state == "pending")
     .values(state="expired", resolved_at=bindparam("now"))
 )
+# record_commits for a full commit: every item committed in full, one statement.
+_COMMIT_ALL_ITEMS = (
+    update(reservation_items).where(_I.reservation_id == bindparam("rid")).values(committed=_I.amount)
+)
 _SET_COMMITTED = (
     update(reservation_items)
     .where(_I.reservation_id == bindparam("rid"), _I.resource == bindparam("res"))
@@ -226,6 +233,13 @@ _APPLY = (
         reserved=_U.reserved + bindparam("d_reserved"),
         updated_at=bindparam("now"),
     )
+)
+# apply_counter_deltas on PostgreSQL: all counters in one statement instead of one per row.
+_PG_APPLY = text(
+    "UPDATE quota_usages SET in_use = quota_usages.in_use + d.di,"
+    " reserved = quota_usages.reserved + d.dr, updated_at = :now"
+    " FROM unnest(CAST(:ids AS BIGINT[]), CAST(:dis AS BIGINT[]), CAST(:drs AS BIGINT[]))"
+    " AS d(id, di, dr) WHERE quota_usages.id = d.id"
 )
 _SET_COUNTER = (
     update(quota_usages)
@@ -364,7 +378,11 @@ class LedgerTx:
         result = self.conn.execute(_RESOLVE, {"rid": reservation_id, "new_state": state.value, "now": now})
         return result.rowcount == 1
 
-    def record_commits(self, reservation_id: str, committed: Mapping[str, int]) -> None:
+    def record_commits(self, reservation_id: str, committed: Mapping[str, int], *, whole: bool) -> None:
+        """Record what each item committed (``whole``: everything that was reserved)."""
+        if whole:
+            self.conn.execute(_COMMIT_ALL_ITEMS, {"rid": reservation_id})
+            return
         self.conn.execute(
             _SET_COMMITTED,
             [{"rid": reservation_id, "res": res, "v_committed": amount} for res, amount in committed.items()],
@@ -431,13 +449,24 @@ class LedgerTx:
 
     def apply_counter_deltas(self, deltas: Mapping[int, tuple[int, int]], now: datetime) -> None:
         """Add ``(d_in_use, d_reserved)`` to each locked counter id (in id order)."""
-        params = [
-            {"cid": cid, "d_in_use": d_in_use, "d_reserved": d_reserved, "now": now}
-            for cid, (d_in_use, d_reserved) in sorted(deltas.items())
-            if d_in_use or d_reserved
-        ]
-        if params:
-            self.conn.execute(_APPLY, params)
+        changes = sorted((cid, d) for cid, d in deltas.items() if d[0] or d[1])
+        if not changes:
+            return
+        if self.backend == "postgresql":
+            self.conn.execute(
+                _PG_APPLY,
+                {
+                    "ids": [cid for cid, _ in changes],
+                    "dis": [d[0] for _, d in changes],
+                    "drs": [d[1] for _, d in changes],
+                    "now": now,
+                },
+            )
+            return
+        self.conn.execute(
+            _APPLY,
+            [{"cid": cid, "d_in_use": di, "d_reserved": dr, "now": now} for cid, (di, dr) in changes],
+        )
 
     def set_counter_values(self, values: Mapping[int, tuple[int, int]], now: datetime) -> None:
         params = [
