@@ -85,6 +85,7 @@ class QuotaEngine:
 
         def work(tx: LedgerTx) -> None:
             now = tx.lock_partition(partition, exclusive=True)
+            tx.create_missing(partition, [], now)
             existing = {c.resource: c for c in tx.limits_at(partition, queue)}
             new = [res for res, lim in wanted.items() if lim is not None and res not in existing]
             # Queue counters before subtree counters: the canonical lock order.
@@ -151,9 +152,9 @@ class QuotaEngine:
         }
         key = _optional_name(key, "key")
         ttl_seconds = self.default_ttl if ttl is None else _ttl_seconds(ttl)
-        request_hash = _request_hash(partition, queue, amounts, group_list, identity)
-        reservation_id = str(uuid.uuid4())
         positive = {res: amount for res, amount in amounts.items() if amount > 0}
+        request_hash = _request_hash(partition, queue, positive, group_list, identity)
+        reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
 
         def work(tx: LedgerTx) -> Reservation:
@@ -179,6 +180,10 @@ class QuotaEngine:
             # Write our own new rows first and lock the shared counters last, so they are held
             # only for check, update and commit. A refusal rolls the insert back.
             tx.insert_reservation(reservation, request_hash)
+            if not positive:
+                # Nothing to count, but the sweeper must find the partition (PostgreSQL's
+                # advisory lock needs no partition row, so none may exist yet).
+                tx.create_missing(partition, [], now)
             pairs = [(queue, r) for r in positive]
             own = tx.lock_queue_counters(partition, pairs, create_missing=False)
             if len(own) < len(pairs):

@@ -32,7 +32,7 @@ class InvalidRequest(QuotaLedgerError):
 class InvalidQuantity(InvalidRequest):
     """A resource quantity is not a valid non-negative Kubernetes quantity."""
 
-    def __init__(self, resource: str, text: object, reason: str) -> None:
+    def __init__(self, resource: str, text: str, reason: str) -> None:
         self.resource = resource
         self.text = text
         self.reason = reason

@@ -100,7 +100,7 @@ def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -
     factor = 1000 if milli else 1
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidQuantity(
-            resource, value, f"expected a quantity string or an int, not {type(value).__name__}"
+            resource, repr(value), f"expected a quantity string or an int, not {type(value).__name__}"
         )
     if isinstance(value, int):
         if value < 0 or value * factor > MAX_QUANTITY:
@@ -160,16 +160,11 @@ def parse_limits(limits: Mapping[str, object]) -> dict[str, int | None]:
 
 
 def format_quantity(resource: str, units: int) -> str:
-    """Render base units as a short Kubernetes quantity (``4Gi``, ``250m``, ``2``)."""
+    """Render base units as the shortest exact Kubernetes quantity (``4Gi``, ``1T``, ``250m``)."""
     if is_milli(resource):
         return str(units // 1000) if units % 1000 == 0 else f"{units}m"
-    if units == 0:
-        return "0"
-    for suffix, factor in reversed(_BINARY.items()):
-        if units % factor == 0:
-            return f"{units // factor}{suffix}"
-    for suffix in ("E", "P", "T", "G", "M", "k"):
-        factor = int(_DECIMAL[suffix])
-        if units % factor == 0:
-            return f"{units // factor}{suffix}"
-    return str(units)
+    candidates = [str(units)]
+    for suffix, factor in [*_BINARY.items(), *((k, int(v)) for k, v in _DECIMAL.items() if v > 1)]:
+        if units and units % factor == 0:
+            candidates.append(f"{units // factor}{suffix}")
+    return min(candidates, key=len)
