@@ -32,12 +32,12 @@ from sqlalchemy import (
     func,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
+from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import (
     quota_journal,
     quota_partitions,
@@ -89,7 +89,6 @@ _COUNTER_COLUMNS = (_U.id, _U.scope_type, _U.scope, _U.resource, _U.in_use, _U.r
 # lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
 _LOCK_PARTITION_ROW = select(dialect.utcnow()).where(quota_partitions.c.name == bindparam("p"))
 # lock_partition_* on PostgreSQL: a transaction-scoped advisory lock; no row is written.
-_PG_LOCK_SHARED = select(func.pg_advisory_xact_lock_shared(bindparam("ns"), bindparam("k")), dialect.utcnow())
 _PG_LOCK_EXCLUSIVE = select(func.pg_advisory_xact_lock(bindparam("ns"), bindparam("k")), dialect.utcnow())
 # db_now: the database clock; no lock.
 _DB_NOW = select(dialect.utcnow())
@@ -234,13 +233,6 @@ _APPLY = (
         updated_at=bindparam("now"),
     )
 )
-# apply_counter_deltas on PostgreSQL: all counters in one statement instead of one per row.
-_PG_APPLY = text(
-    "UPDATE quota_usages SET in_use = quota_usages.in_use + d.di,"
-    " reserved = quota_usages.reserved + d.dr, updated_at = :now"
-    " FROM unnest(CAST(:ids AS BIGINT[]), CAST(:dis AS BIGINT[]), CAST(:drs AS BIGINT[]))"
-    " AS d(id, di, dr) WHERE quota_usages.id = d.id"
-)
 _SET_COUNTER = (
     update(quota_usages)
     .where(_U.id == bindparam("cid"))
@@ -300,16 +292,17 @@ class LedgerTx:
         self.backend = backend
         #: 0 on the first try; a retry after a lost connection checks what already happened
         self.attempt = attempt
+        #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_fast)
+        self.fast = FastPath(conn) if backend == "postgresql" else None
 
     # -- partition -------------------------------------------------------------------------
     def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
         """Take the partition lock (shared or exclusive) and return the database clock."""
         if self.backend == "postgresql":
-            stmt = _PG_LOCK_EXCLUSIVE if exclusive else _PG_LOCK_SHARED
-            row = self.conn.execute(
-                stmt, {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
-            ).one()
-            return row[1]  # type: ignore[no-any-return]
+            params = {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
+            if self.fast is not None and not exclusive:
+                return self.fast.all("lock_partition_shared", params)[0][1]  # type: ignore[no-any-return]
+            return self.conn.execute(_PG_LOCK_EXCLUSIVE, params).one()[1]  # type: ignore[no-any-return]
         row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
         now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
         if now is None:
@@ -322,14 +315,20 @@ class LedgerTx:
 
     # -- reservations ----------------------------------------------------------------------
     def find_reservation_by_key(self, partition: str, key: str) -> StoredReservation | None:
-        return _one(self.conn.execute(_FIND_BY_KEY, {"p": partition, "key": key}).all())
+        params = {"p": partition, "key": key}
+        if self.fast is not None:
+            return _one(self.fast.all("find_reservation_by_key", params))
+        return _one(self.conn.execute(_FIND_BY_KEY, params).all())
 
     def find_reservation(self, reservation_id: str) -> StoredReservation | None:
         return _one(self.conn.execute(_FIND_BY_ID, {"id": reservation_id}).all())
 
     def lock_reservation(self, reservation_id: str) -> tuple[StoredReservation, datetime] | None:
         """Lock one reservation row and read the clock."""
-        rows = self.conn.execute(_LOCK_BY_ID, {"id": reservation_id}).all()
+        if self.fast is not None:
+            rows: Sequence[Any] = self.fast.all("lock_reservation", {"id": reservation_id})
+        else:
+            rows = self.conn.execute(_LOCK_BY_ID, {"id": reservation_id}).all()
         stored = _one(rows)
         return None if stored is None else (stored, rows[0].db_now)
 
@@ -346,24 +345,32 @@ class LedgerTx:
         return _many(self.conn.execute(_READ_MANY, {"ids": ids}).all())
 
     def insert_reservation(self, reservation: Reservation, request_hash: str) -> None:
-        self.conn.execute(
-            _INSERT_HEADER,
-            {
-                "id": reservation.id,
-                "partition": reservation.partition,
-                "key": reservation.key,
-                "request_hash": request_hash,
-                "state": reservation.state.value,
-                "queue": reservation.queue,
-                "user_name": reservation.user,
-                "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
-                "application": reservation.application,
-                "priority_class": reservation.priority_class,
-                "created_at": _naive(reservation.created_at),
-                "expires_at": _naive(reservation.expires_at),
-                "resolved_at": None,
-            },
-        )
+        header = {
+            "id": reservation.id,
+            "partition": reservation.partition,
+            "key": reservation.key,
+            "request_hash": request_hash,
+            "state": reservation.state.value,
+            "queue": reservation.queue,
+            "user_name": reservation.user,
+            "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
+            "application": reservation.application,
+            "priority_class": reservation.priority_class,
+            "created_at": _naive(reservation.created_at),
+            "expires_at": _naive(reservation.expires_at),
+            "resolved_at": None,
+        }
+        if self.fast is not None:
+            self.fast.run("insert_reservation", header)
+            if reservation.resources:
+                items = {
+                    "rid": reservation.id,
+                    "resources": list(reservation.resources),
+                    "amounts": list(reservation.resources.values()),
+                }
+                self.fast.run("insert_items", items)
+            return
+        self.conn.execute(_INSERT_HEADER, header)
         if reservation.resources:
             self.conn.execute(
                 _INSERT_ITEMS,
@@ -375,13 +382,18 @@ class LedgerTx:
 
     def resolve_reservation(self, reservation_id: str, state: ReservationState, now: datetime) -> bool:
         """``pending -> state`` as a conditional update; False if it was no longer pending."""
-        result = self.conn.execute(_RESOLVE, {"rid": reservation_id, "new_state": state.value, "now": now})
-        return result.rowcount == 1
+        params = {"rid": reservation_id, "new_state": state.value, "now": now}
+        if self.fast is not None:
+            return self.fast.run("resolve_reservation", params).rowcount == 1
+        return self.conn.execute(_RESOLVE, params).rowcount == 1
 
     def record_commits(self, reservation_id: str, committed: Mapping[str, int], *, whole: bool) -> None:
         """Record what each item committed (``whole``: everything that was reserved)."""
         if whole:
-            self.conn.execute(_COMMIT_ALL_ITEMS, {"rid": reservation_id})
+            if self.fast is not None:
+                self.fast.run("commit_all_items", {"rid": reservation_id})
+            else:
+                self.conn.execute(_COMMIT_ALL_ITEMS, {"rid": reservation_id})
             return
         self.conn.execute(
             _SET_COMMITTED,
@@ -405,9 +417,11 @@ class LedgerTx:
             return {}
         scopes = sorted({q for q, _ in wanted})
         resources = sorted({r for _, r in wanted})
-        rows = self.conn.execute(
-            _LOCK_QUEUE, {"p": partition, "scopes": scopes, "resources": resources}
-        ).all()
+        params = {"p": partition, "scopes": scopes, "resources": resources}
+        if self.fast is not None:
+            rows: Sequence[Any] = self.fast.all("lock_queue_counters", params)
+        else:
+            rows = self.conn.execute(_LOCK_QUEUE, params).all()
         found = {(row.scope, row.resource): _counter(row) for row in rows}
         if create_missing and len(wanted - found.keys()) > 0:
             raise MissingCounters(partition, sorted(wanted - found.keys()))
@@ -420,10 +434,11 @@ class LedgerTx:
         scopes, resources = sorted(set(scopes)), sorted(set(resources))
         if not scopes or not resources:
             return []
-        rows = self.conn.execute(
-            _LOCK_SUBTREE if lock else _READ_SUBTREE,
-            {"p": partition, "scopes": scopes, "resources": resources},
-        ).all()
+        params = {"p": partition, "scopes": scopes, "resources": resources}
+        if self.fast is not None and lock:
+            rows: Sequence[Any] = self.fast.all("lock_subtree_counters", params)
+        else:
+            rows = self.conn.execute(_LOCK_SUBTREE if lock else _READ_SUBTREE, params).all()
         return [_counter(row) for row in rows]
 
     def lock_queue_counters_below(
@@ -452,9 +467,9 @@ class LedgerTx:
         changes = sorted((cid, d) for cid, d in deltas.items() if d[0] or d[1])
         if not changes:
             return
-        if self.backend == "postgresql":
-            self.conn.execute(
-                _PG_APPLY,
+        if self.fast is not None:
+            self.fast.run(
+                "apply_counter_deltas",
                 {
                     "ids": [cid for cid, _ in changes],
                     "dis": [d[0] for _, d in changes],
@@ -565,6 +580,22 @@ class LedgerTx:
         reservation_id: str | None,
         now: datetime,
     ) -> None:
+        changes = {resource: delta for resource, delta in deltas.items() if delta != 0}
+        if not changes:
+            return
+        if self.fast is not None:
+            params = {
+                "p": partition,
+                "q": queue,
+                "kind": kind,
+                "rid": reservation_id,
+                "op": operation_id,
+                "now": now,
+                "resources": list(changes),
+                "deltas": list(changes.values()),
+            }
+            self.fast.run("append_journal", params)
+            return
         rows = [
             {
                 "partition": partition,
@@ -576,11 +607,9 @@ class LedgerTx:
                 "operation_id": operation_id,
                 "created_at": now,
             }
-            for resource, delta in deltas.items()
-            if delta != 0
+            for resource, delta in changes.items()
         ]
-        if rows:
-            self.conn.execute(_INSERT_JOURNAL, rows)
+        self.conn.execute(_INSERT_JOURNAL, rows)
 
     def operation_recorded(self, operation_id: str) -> bool:
         return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None
