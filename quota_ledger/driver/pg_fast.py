@@ -42,6 +42,20 @@ SQL: Mapping[str, str] = {
         " FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"
         " WHERE r.id = %(id)s FOR UPDATE OF r"
     ),
+    # the sweep: locks up to :n expired pending reservations nobody else holds (step 2) and
+    # returns them with their items, in one statement; :now is bound so the index is usable
+    "lock_expired": (
+        "WITH locked AS (SELECT id FROM reservations"  # noqa: S608 - constants only
+        " WHERE \"partition\" = %(p)s AND state = 'pending' AND expires_at <= %(now)s"
+        " ORDER BY expires_at LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+        f" SELECT {_HEADER} FROM locked JOIN reservations r ON r.id = locked.id"
+        " LEFT JOIN reservation_items i ON i.reservation_id = r.id"
+    ),
+    # reservation rows this transaction holds
+    "expire_reservations": (
+        "UPDATE reservations SET state = 'expired', resolved_at = %(now)s"
+        " WHERE id = ANY(%(ids)s) AND state = 'pending'"
+    ),
     # new rows only
     "insert_reservation": (
         'INSERT INTO reservations (id, "partition", "key", request_hash, state, queue, user_name,'

@@ -335,6 +335,8 @@ class LedgerTx:
     def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
         """Lock up to ``limit`` pending reservations expired at ``now`` that nobody else holds."""
         params = {"p": partition, "n": limit, "now": now}
+        if self.fast is not None:
+            return _many(self.fast.all("lock_expired", params))
         if self.backend in ("mysql", "mariadb"):
             candidates = list(self.conn.execute(_EXPIRED_IDS, params).scalars())
             ids = candidates and list(self.conn.execute(_LOCK_IDS_IF_PENDING, {"ids": candidates}).scalars())
@@ -401,7 +403,10 @@ class LedgerTx:
         )
 
     def expire_reservations(self, ids: Sequence[str], now: datetime) -> int:
-        return self.conn.execute(_EXPIRE_MANY, {"ids": list(ids), "now": now}).rowcount
+        params = {"ids": list(ids), "now": now}
+        if self.fast is not None:
+            return self.fast.run("expire_reservations", params).rowcount
+        return self.conn.execute(_EXPIRE_MANY, params).rowcount
 
     # -- counters --------------------------------------------------------------------------
     def lock_queue_counters(

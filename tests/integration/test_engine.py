@@ -355,3 +355,33 @@ def test_check_constraints_forbid_negative_usage(ledger: QuotaEngine, db_url: UR
     finally:
         engine.dispose()
     assert ledger.usage("root.a")["fpga"].reserved == 1
+
+
+def test_concurrent_sweepers_expire_each_reservation_once(server_db_url: URL) -> None:
+    import threading
+
+    engines = [QuotaEngine.from_url(server_db_url) for _ in range(4)]
+    try:
+        setup = engines[0]
+        setup.set_limits("root", {"fpga": 10_000})
+        for i in range(120):
+            setup.reserve(f"root.q{i % 7}", {"fpga": 1, "memory": "1Ki"}, ttl=0.05)
+        time.sleep(0.1)
+        counts: list[int] = []
+        start = threading.Barrier(len(engines))
+
+        def sweep(engine: QuotaEngine) -> None:
+            start.wait()
+            counts.append(engine.expire(batch_size=10))
+
+        threads = [threading.Thread(target=sweep, args=(e,)) for e in engines]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(counts) == 120
+        assert setup.usage("root")["fpga"] == Usage(in_use=0, reserved=0, limit=10_000)
+        assert setup.audit() == []
+    finally:
+        for engine in engines:
+            engine.close()
