@@ -85,7 +85,7 @@ class QuotaEngine:
 
         def work(tx: LedgerTx) -> None:
             now = tx.lock_partition(partition, exclusive=True)
-            tx.create_missing(partition, [], now)
+            tx.ensure_partition(partition, now)
             existing = {c.resource: c for c in tx.limits_at(partition, queue)}
             new = [res for res, lim in wanted.items() if lim is not None and res not in existing]
             # Queue counters before subtree counters: the canonical lock order.
@@ -181,9 +181,7 @@ class QuotaEngine:
             # only for check, update and commit. A refusal rolls the insert back.
             tx.insert_reservation(reservation, request_hash)
             if not positive:
-                # Nothing to count, but the sweeper must find the partition (PostgreSQL's
-                # advisory lock needs no partition row, so none may exist yet).
-                tx.create_missing(partition, [], now)
+                tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
             pairs = [(queue, r) for r in positive]
             own = tx.lock_queue_counters(partition, pairs, create_missing=False)
             if len(own) < len(pairs):

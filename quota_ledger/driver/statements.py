@@ -309,6 +309,15 @@ class LedgerTx:
             raise MissingCounters(partition, [])
         return now
 
+    def ensure_partition(self, partition: str, now: datetime) -> None:
+        """Make sure the partition has its row (so the sweeper and audit find it).
+
+        Elsewhere :meth:`lock_partition` already needed the row; PostgreSQL's advisory lock
+        does not, so there the row is inserted if missing.
+        """
+        if self.backend == "postgresql":
+            self.create_missing(partition, [], now)
+
     def db_now(self) -> datetime:
         """The database clock."""
         return self.conn.execute(_DB_NOW).scalar_one()  # type: ignore[no-any-return]
