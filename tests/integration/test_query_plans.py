@@ -1,4 +1,7 @@
-"""The hot statements can use their indexes (PostgreSQL EXPLAIN), so they stay fast at scale."""
+"""The hot statements can use their indexes (PostgreSQL EXPLAIN), so they stay fast at scale.
+
+On PostgreSQL the hot path runs the named SQL of ``pg_fast``, so that is what is explained here.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,13 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from psycopg import ClientCursor
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
-from quota_ledger.driver import statements
 from quota_ledger.driver.dialect import normalize_url
+from quota_ledger.driver.pg_fast import SQL
 
 
 @pytest.fixture
@@ -31,29 +35,29 @@ def pg(postgres_url: URL) -> Iterator[tuple[QuotaEngine, Connection]]:
     ledger.close()
 
 
-def plan(conn: Connection, stmt: Any, params: dict[str, Any]) -> str:
-    sql = stmt.params(**params).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
-    return "\n".join(row[0] for row in conn.exec_driver_sql(f"EXPLAIN {sql}").all())
+def plan(conn: Connection, name: str, params: dict[str, Any]) -> str:
+    """EXPLAIN of the named statement as the driver runs it, parameters bound client-side."""
+    cursor = ClientCursor(conn.connection.driver_connection)  # type: ignore[arg-type]
+    cursor.execute("EXPLAIN " + SQL[name], params)
+    return "\n".join(row[0] for row in cursor.fetchall())
 
 
 # Few rows are expired at :now, as in production; with a volatile clock call in the predicate
 # instead of a bound value, PostgreSQL could not use the index at all.
 def test_sweep_query_uses_the_pending_expiry_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
-    text_plan = plan(
-        conn, statements._LOCK_EXPIRED_IDS, {"p": "default", "n": 500, "now": datetime(2000, 1, 1)}
-    )
+    text_plan = plan(conn, "lock_expired", {"p": "default", "n": 500, "now": datetime(2000, 1, 1)})
     assert "ix_reservations_partition_state_expires_at" in text_plan
 
 
 def test_counter_locks_use_the_unique_counter_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
     params = {"p": "default", "scopes": ["root", "root.q1", "root.q1.x"], "resources": ["fpga", "memory"]}
-    for stmt in (statements._LOCK_QUEUE, statements._LOCK_SUBTREE):
-        assert "uq_quota_usages_partition_scope_type_scope_resource" in plan(conn, stmt, params)
+    for name in ("lock_queue_counters", "lock_subtree_counters"):
+        assert "uq_quota_usages_partition_scope_type_scope_resource" in plan(conn, name, params)
 
 
 def test_reservation_lookup_by_key_uses_the_key_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
-    text_plan = plan(conn, statements._FIND_BY_KEY, {"p": "default", "key": "k"})
+    text_plan = plan(conn, "find_reservation_by_key", {"p": "default", "key": "k"})
     assert "uq_reservations_partition_key" in text_plan
