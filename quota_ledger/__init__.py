@@ -5,31 +5,41 @@ from __future__ import annotations
 from quota_ledger.driver import DbQuotaDriver
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import (
+    ApplicationNotFound,
+    ConfigError,
     CounterOverflow,
     DatabaseUnavailable,
+    GroupNotFound,
     IdempotencyConflict,
     InvalidCommit,
     InvalidQuantity,
     InvalidRequest,
+    NotFound,
     OverQuota,
     QuotaLedgerError,
     ReservationNotFound,
     ReservationStateError,
     SchemaNotReady,
     UsageUnderflow,
+    UserNotFound,
 )
 from quota_ledger.quantity import format_quantity, parse_quantity
-from quota_ledger.values import Drift, Reservation, ReservationState, Usage, Violation
+from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
 
 __all__ = [
+    "ApplicationNotFound",
+    "ConfigError",
+    "ConfigProblem",
     "CounterOverflow",
     "DatabaseUnavailable",
     "DbQuotaDriver",
     "Drift",
+    "GroupNotFound",
     "IdempotencyConflict",
     "InvalidCommit",
     "InvalidQuantity",
     "InvalidRequest",
+    "NotFound",
     "OverQuota",
     "QuotaEngine",
     "QuotaLedgerError",
@@ -40,6 +50,7 @@ __all__ = [
     "SchemaNotReady",
     "Usage",
     "UsageUnderflow",
+    "UserNotFound",
     "Violation",
     "format_quantity",
     "parse_quantity",

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from quota_ledger import audit as audit_rules
+from quota_ledger import auditing, charging, configuring, identity, queues, reports, tracking
 from quota_ledger import limits as limit_rules
-from quota_ledger import queues
+from quota_ledger.config.rules import APPLICATIONS, GROUP, USER, PartitionRules, Rules
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.statements import LedgerTx, MissingCounters, StoredReservation
 from quota_ledger.errors import (
+    ApplicationNotFound,
+    GroupNotFound,
     IdempotencyConflict,
     InvalidCommit,
     InvalidRequest,
@@ -26,11 +30,17 @@ from quota_ledger.errors import (
     ReservationNotFound,
     ReservationStateError,
     UsageUnderflow,
+    UserNotFound,
 )
 from quota_ledger.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.quantity import parse_limits, parse_resources
-from quota_ledger.values import Drift, Reservation, ReservationState, Usage
+from quota_ledger.tracking import AppState
+from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage
 
+log = logging.getLogger("quota_ledger")
+summary_log = logging.getLogger("quota_ledger.summary")
+
+T = TypeVar("T")
 DEFAULT_PARTITION = "default"
 DEFAULT_TTL = 300.0
 MAX_TTL = 7 * 24 * 3600.0
@@ -46,6 +56,8 @@ class QuotaEngine:
     def __init__(self, driver: DbQuotaDriver, *, default_ttl: float = DEFAULT_TTL) -> None:
         self.driver = driver
         self.default_ttl = _ttl_seconds(default_ttl)
+        self._compiled: Rules | None = None
+        driver.identity_creator = self._create_identity_counters
 
     @classmethod
     def from_url(
@@ -73,44 +85,45 @@ class QuotaEngine:
     # -- limits ------------------------------------------------------------------------------
     def set_limits(
         self, queue: str, resources: Mapping[str, Any], *, partition: str = DEFAULT_PARTITION
-    ) -> None:
+    ) -> int:
         """Set the named resources' limits on ``queue``'s subtree; None removes a limit.
 
-        Resources not named keep their limits. Lowering a limit below current usage is allowed:
-        nothing is evicted, new reservations are refused until usage drops.
+        Resources not named keep their limits. This edits the stored configuration (the
+        queue's ``resources.max``) and applies it through the same validation as
+        :meth:`apply_config`; root's limits are the partition's capacity, kept next to it.
+        Lowering a limit below current usage is allowed: nothing is evicted, new reservations
+        are refused until usage drops. Returns the new configuration version.
         """
         queues.validate_partition(partition)
         queues.validate_queue(queue)
         wanted = parse_limits(resources)
+        if APPLICATIONS in wanted:
+            raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
+        edit = configuring.set_queue_max(partition, queue, wanted)
+        return self.driver.run(lambda tx: configuring.apply(tx, edit))
 
-        def work(tx: LedgerTx) -> None:
-            now = tx.lock_partition(partition, exclusive=True)
-            tx.ensure_partition(partition, now)
-            existing = {c.resource: c for c in tx.limits_at(partition, queue)}
-            new = [res for res, lim in wanted.items() if lim is not None and res not in existing]
-            # Queue counters before subtree counters: the canonical lock order.
-            below = tx.lock_queue_counters_below(partition, queue, new)
-            locked = {c.resource: c for c in tx.lock_subtree_counters(partition, [queue], existing)}
-            for resource, limit in wanted.items():
-                current = locked.get(resource)
-                if limit is None:
-                    if current is not None:
-                        tx.delete_counter(current.id)
-                elif current is not None:
-                    tx.set_limit(current.id, limit, now)
-                else:
-                    rows = [c for c in below if c.resource == resource]
-                    tx.insert_subtree_counter(
-                        partition,
-                        queue,
-                        resource,
-                        in_use=sum(c.in_use for c in rows),
-                        reserved=sum(c.reserved for c in rows),
-                        limit=limit,
-                        now=now,
-                    )
+    # -- configuration -----------------------------------------------------------------------
+    def apply_config(self, source: Any) -> int:
+        """Apply a YuniKorn queue configuration (YAML text, a dict or a path) to every partition.
 
-        self.driver.run(work)
+        All or nothing, in one transaction: on any problem raises :class:`ConfigError` listing
+        all of them and changes nothing. Reservations keep flowing and see either the old or
+        the new limits. Returns the new version.
+        """
+        source = _read_path(source)
+        return self.driver.run(lambda tx: configuring.apply(tx, configuring.replace_with(source)))
+
+    def validate_config(self, source: Any) -> list[ConfigProblem]:
+        """Every problem of a configuration; changes nothing (empty list: it would apply)."""
+        return configuring.check(_read_path(source))[1]
+
+    def config(self) -> dict[str, Any]:
+        """The configuration in force, normalized (a dict :meth:`apply_config` accepts)."""
+        return self.driver.run(lambda tx: tx.load_config(tx.config_version())[0])
+
+    def config_version(self) -> int:
+        """The version of the configuration in force (0: nothing applied yet)."""
+        return self.driver.run(lambda tx: tx.config_version())
 
     def limits(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, dict[str, int]]:
         """Every limit in the partition: ``{queue: {resource: limit}}``."""
@@ -178,26 +191,48 @@ class QuotaEngine:
                 priority_class=identity["priority_class"],
             )
             # Write our own new rows first and lock the shared counters last, so they are held
-            # only for check, update and commit. A refusal rolls the insert back.
+            # only for check, update and commit. A refusal rolls the inserts back.
             tx.insert_reservation(reservation, request_hash)
             if not positive:
                 tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
+            app: AppState | None = None
+            rules: PartitionRules | None = None
+            if charging.tracked(identity["user"], identity["application"]):
+                rules = self._rules(tx).partition(partition)
+                app = charging.open_app(
+                    tx,
+                    rules,
+                    partition=partition,
+                    queue=queue,
+                    user=identity["user"],
+                    groups=group_list,
+                    application=identity["application"],
+                    now=now,
+                )
+                tracking.add_reserved(app, positive)
+                charging.save(tx, app)
+            # A new application counts against every maxapplications on its way to root.
+            requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
             pairs = [(queue, r) for r in positive]
             own = tx.lock_queue_counters(partition, pairs, create_missing=False)
             if len(own) < len(pairs):
                 # First use of these counters: refuse before creating them if the limits already
                 # say no, so that a refused request leaves no trace.
-                unlocked = tx.lock_subtree_counters(partition, chain, positive, lock=False)
-                if broken := limit_rules.violations(partition, positive, unlocked):
+                unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
+                if broken := limit_rules.violations(partition, requested, unlocked):
                     raise OverQuota(broken)
                 raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
-            limits = tx.lock_subtree_counters(partition, chain, positive)
-            broken = limit_rules.violations(partition, positive, limits)
+            limits = tx.lock_subtree_counters(partition, chain, requested)
+            scoped = []
+            if app is not None and rules is not None:
+                scoped = charging.lock_for_reserve(tx, rules, app, requested)
+            broken = limit_rules.violations(partition, requested, [*limits, *scoped])
             if broken:
                 raise OverQuota(broken)
-            counters = [*own.values(), *limits]
-            limit_rules.check_overflow(positive, counters)
-            tx.apply_counter_deltas({c.id: (0, positive[c.resource]) for c in counters}, now)
+            limit_rules.check_overflow(positive, [*own.values(), *limits, *scoped])
+            shared = [*own.values(), *limits]
+            tx.apply_counter_deltas({c.id: _reserve_delta(c, requested) for c in shared}, now)
+            tx.apply_identity_deltas({c.id: _reserve_delta(c, requested) for c in scoped}, now)
             return reservation
 
         return self.driver.run(work)
@@ -275,10 +310,27 @@ class QuotaEngine:
         _optional_name(application, "application")
         _name_list(groups, "groups")
         operation_id = str(uuid.uuid4())
+        user = _optional_name(user, "user")
+        application = _optional_name(application, "application")
 
         def work(tx: LedgerTx) -> None:
             if tx.attempt and tx.operation_recorded(operation_id):
                 return  # the first attempt committed before the connection dropped
+            now = tx.db_now()
+            app = None
+            stopped = False
+            if charging.tracked(user, application):
+                key = tracking.app_key(application, user, queue)
+                app = tx.lock_apps(partition, [key]).get(key)
+                if app is not None:
+                    charging.check_owner(app, user, queue)
+                if short := tracking.shortfalls(app, amounts):
+                    raise UsageUnderflow(partition, queue, short)
+                if app is not None:
+                    tracking.release(app, amounts, now)
+                    if finished:
+                        stopped = _stop(tx, app, now, "Completed")
+                    tx.update_app(app)
             own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
             short = {
                 res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
@@ -287,10 +339,15 @@ class QuotaEngine:
             }
             if short:
                 raise UsageUnderflow(partition, queue, short)
-            limits = tx.lock_subtree_counters(partition, queues.lineage(queue), amounts)
-            now = tx.db_now()
-            counters = [*own.values(), *limits]
-            tx.apply_counter_deltas({c.id: (-amounts[c.resource], 0) for c in counters}, now)
+            resources = [*amounts, *([APPLICATIONS] if stopped else [])]
+            limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
+            scoped = charging.charges(app, charging.lock_of(tx, [app], resources)) if app is not None else []
+
+            def delta(c: Counter) -> tuple[int, int]:
+                return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
+
+            tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
+            tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
             tx.append_journal(
                 partition,
                 queue,
@@ -332,16 +389,38 @@ class QuotaEngine:
         if not stored:
             return 0
         expiring = [s.reservation for s in stored]
+        keys = {charging.key_of(r) for r in expiring if charging.tracked(r.user, r.application)}
+        apps = tx.lock_apps(partition, keys)
+        for reservation in expiring:
+            if (app := apps.get(charging.key_of(reservation))) is not None:
+                tracking.resolve(app, reservation.resources, {}, now)
+        stopping = [a for a in apps.values() if tracking.idle(a) and _stop(tx, a, now, "Expired")]
+        for app in apps.values():
+            tx.update_app(app)
         pairs = {(r.queue, res) for r in expiring for res in r.resources}
+        resources = {res for _, res in pairs} | ({APPLICATIONS} if stopping else set())
         own = tx.lock_queue_counters(partition, pairs, create_missing=False)
         scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
-        limits = _by_key(tx.lock_subtree_counters(partition, scopes, {res for _, res in pairs}))
+        limits = _by_key(tx.lock_subtree_counters(partition, scopes, resources))
+        scoped = charging.lock_of(tx, apps.values(), resources)
         deltas: dict[int, tuple[int, int]] = {}
+        identity_deltas: dict[int, tuple[int, int]] = {}
         for reservation in expiring:
             for counter in _counters_of(reservation, own, limits):
-                d_in_use, d_reserved = deltas.get(counter.id, (0, 0))
-                deltas[counter.id] = (d_in_use, d_reserved - reservation.resources[counter.resource])
+                charging.add_delta(deltas, counter, 0, -reservation.resources[counter.resource])
+            if (app := apps.get(charging.key_of(reservation))) is not None:
+                for named in charging.charges(app, scoped):
+                    if (amount := reservation.resources.get(named.resource)) is not None:
+                        charging.add_delta(identity_deltas, named, 0, -amount)
+        for app in stopping:
+            for scope in queues.lineage(app.queue):
+                if (count := limits.get((scope, APPLICATIONS))) is not None:
+                    charging.add_delta(deltas, count, -1, 0)
+            for named in charging.charges(app, scoped):
+                if named.resource == APPLICATIONS:
+                    charging.add_delta(identity_deltas, named, -1, 0)
         tx.apply_counter_deltas(deltas, now)
+        tx.apply_identity_deltas(identity_deltas, now)
         return tx.expire_reservations([r.id for r in expiring], now)
 
     # -- reading -----------------------------------------------------------------------------
@@ -366,6 +445,71 @@ class QuotaEngine:
                 result[resource] = Usage(in_use=in_use, reserved=reserved, limit=None)
         return result
 
+    # -- users, groups and applications -----------------------------------------------------
+    def user_usage(self, user: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
+        """The user's usage tree in YuniKorn's ``UserResourceUsageDAOInfo`` shape."""
+        name = _optional_name(user, "user")
+        report = self._report(
+            partition, lambda rules, apps: reports.user_report(rules, name, apps), "user", name
+        )
+        if report is None:
+            raise UserNotFound(name)
+        return report
+
+    def group_usage(self, group: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
+        """The group's usage tree in YuniKorn's ``GroupResourceUsageDAOInfo`` shape."""
+        name = _optional_name(group, "group")
+        report = self._report(
+            partition, lambda rules, apps: reports.group_report(rules, name, apps), "group", name
+        )
+        if report is None:
+            raise GroupNotFound(name)
+        return report
+
+    def user_usages(self, *, partition: str = DEFAULT_PARTITION) -> list[dict[str, Any]]:
+        """Every tracked or configured user's usage tree."""
+
+        def build(rules: PartitionRules, apps: list[AppState]) -> list[dict[str, Any]]:
+            found = (reports.user_report(rules, u, apps) for u in reports.user_names(rules, apps))
+            return [r for r in found if r is not None]
+
+        return self._report(partition, build, None, None)
+
+    def group_usages(self, *, partition: str = DEFAULT_PARTITION) -> list[dict[str, Any]]:
+        """Every tracked or configured group's usage tree (``*`` is the shared wildcard bucket)."""
+
+        def build(rules: PartitionRules, apps: list[AppState]) -> list[dict[str, Any]]:
+            found = (reports.group_report(rules, g, apps) for g in reports.group_names(rules, apps))
+            return [r for r in found if r is not None]
+
+        return self._report(partition, build, None, None)
+
+    def application_summary(self, application: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
+        """The usage summary of the application's last finished run (also logged on one line
+        as ``QUOTA_APP_SUMMARY: {...}``): resource x seconds, with submission, start and finish
+        times in epoch milliseconds, user and queue."""
+        queues.validate_partition(partition)
+        name = _optional_name(application, "application")
+        found = self.driver.run(lambda tx: tx.latest_summary(partition, name))
+        if found is None:
+            raise ApplicationNotFound(name)
+        return found
+
+    def _report(
+        self,
+        partition: str,
+        build: Callable[[PartitionRules, list[AppState]], T],
+        kind: str | None,
+        name: str | None,
+    ) -> T:
+        queues.validate_partition(partition)
+
+        def work(tx: LedgerTx) -> T:
+            rules = self._rules(tx).partition(partition)
+            return build(rules, tx.read_apps(partition, kind, name))
+
+        return self.driver.run(work, isolation="REPEATABLE READ")
+
     # -- audit -------------------------------------------------------------------------------
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:
         """Recompute every counter from the history and report those that disagree.
@@ -378,9 +522,11 @@ class QuotaEngine:
         drifts: list[Drift] = []
         for name in names:
             if fix:
-                drifts += self.driver.run(partial(_fix_partition, partition=name))
+                drifts += self.driver.run(partial(auditing.fix_partition, partition=name))
             else:
-                drifts += self.driver.run(partial(_read_drift, partition=name), isolation="REPEATABLE READ")
+                drifts += self.driver.run(
+                    partial(auditing.read_drift, partition=name), isolation="REPEATABLE READ"
+                )
         return drifts
 
     # -- internals ---------------------------------------------------------------------------
@@ -406,6 +552,7 @@ class QuotaEngine:
 
         The reservation's own rows (already locked) and the journal (new rows) are written
         first; the shared counters are locked last, so they are held for the shortest time.
+        An application whose last reservation goes away with nothing in use stops running.
         """
         if not tx.resolve_reservation(reservation.id, state, now):
             raise ReservationStateError(reservation.id, reservation.state, state.value)
@@ -420,17 +567,33 @@ class QuotaEngine:
                 reservation_id=reservation.id,
                 now=now,
             )
+        app = None
+        stopped = False
+        if charging.tracked(reservation.user, reservation.application):
+            app = tx.lock_apps(reservation.partition, [charging.key_of(reservation)]).get(
+                charging.key_of(reservation)
+            )
+        if app is not None:
+            tracking.resolve(app, reservation.resources, committed, now)
+            if state is not ReservationState.COMMITTED and tracking.idle(app):
+                how = "Expired" if state is ReservationState.EXPIRED else "RolledBack"
+                stopped = _stop(tx, app, now, how)
+            tx.update_app(app)
+        resources = [*reservation.resources, *([APPLICATIONS] if stopped else [])]
         pairs = [(reservation.queue, res) for res in reservation.resources]
         own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
-        limits = tx.lock_subtree_counters(
-            reservation.partition, queues.lineage(reservation.queue), reservation.resources
-        )
-        counters = _counters_of(reservation, own, _by_key(limits))
-        limit_rules.check_overflow(committed, counters, field="in_use")
-        tx.apply_counter_deltas(
-            {c.id: (committed.get(c.resource, 0), -reservation.resources[c.resource]) for c in counters},
-            now,
-        )
+        limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
+        counters = _counters_of(reservation, own, _by_key(limits), stopped=stopped)
+        scoped = charging.charges(app, charging.lock_of(tx, [app], resources)) if app is not None else []
+        limit_rules.check_overflow(committed, [*counters, *scoped], field="in_use")
+
+        def delta(c: Counter) -> tuple[int, int]:
+            if c.resource == APPLICATIONS:
+                return -1, 0
+            return committed.get(c.resource, 0), -reservation.resources[c.resource]
+
+        tx.apply_counter_deltas({c.id: delta(c) for c in counters}, now)
+        tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
         return replace(
             reservation,
             state=state,
@@ -438,31 +601,56 @@ class QuotaEngine:
             resolved_at=now.replace(tzinfo=UTC),
         )
 
+    # -- user/group counters -------------------------------------------------------------------
+    def _rules(self, tx: LedgerTx) -> Rules:
+        """The compiled configuration in force, read under the caller's partition lock."""
+        version = tx.config_version()
+        compiled = self._compiled
+        if compiled is None or compiled.version != version:
+            compiled = configuring.compile_stored(version, *tx.load_config(version))
+            self._compiled = compiled
+        return compiled
 
-def _read_drift(tx: LedgerTx, partition: str) -> list[Drift]:
-    return audit_rules.find_drift(
-        partition, tx.all_counters(partition), tx.journal_sums(partition), tx.pending_sums(partition)
-    )
+    def _create_identity_counters(self, tx: LedgerTx, missing: MissingCounters) -> None:
+        """Create a user's wildcard (or any missing) user/group counters from application rows.
+
+        Runs under the shared partition lock with the configuration in force now, so a
+        concurrent config change cannot leave a counter with a stale limit behind.
+        """
+        partition = missing.partition
+        now = tx.lock_partition(partition, exclusive=False)
+        rules = self._rules(tx).partition(partition)
+        names = {(kind, name) for kind, name, _, _ in missing.identity}
+        keys = [k for kind, name in sorted(names) for k in tx.app_keys_of(partition, kind, name)]
+        apps = list(tx.lock_apps(partition, keys).values())
+        rows = {}
+        for key in missing.identity:
+            kind, name, queue, resource = key
+            rule = rules.user_rule(queue, name) if kind == USER else None
+            if kind == GROUP and (queue_rule := rules.queues.get(queue)) is not None:
+                rule = queue_rule.groups.get(name)
+            limit = rule.counters().get(resource) if rule is not None else None
+            if limit is not None:
+                rows[key] = (*identity.value(apps, key), limit)
+        tx.insert_identity_counters(partition, rows, now)
 
 
-def _fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
-    now = tx.lock_partition(partition, exclusive=True)
-    own = tx.lock_all_counters(partition, QUEUE)
-    limits = tx.lock_all_counters(partition, SUBTREE)
-    in_use, reserved = tx.journal_sums(partition), tx.pending_sums(partition)
-    missing = audit_rules.missing_queue_counters(own, in_use, reserved)
-    if missing:
-        tx.create_missing(partition, missing, now)
-        own = tx.lock_all_counters(partition, QUEUE)
-    drifts = audit_rules.find_drift(partition, [*own, *limits], in_use, reserved)
-    by_key = {(d.scope_type, d.scope, d.resource): d for d in drifts}
-    values = {
-        c.id: (by_key[key].expected_in_use, by_key[key].expected_reserved)
-        for c in [*own, *limits]
-        if (key := (c.scope_type, c.scope, c.resource)) in by_key
-    }
-    tx.set_counter_values(values, now)
-    return [replace(d, fixed=True) for d in drifts]
+def _stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
+    """Finish a running application; True when it counted as running (a named one)."""
+    summary = tracking.finish(app, now, how)
+    if summary is None:
+        return False
+    tx.insert_summary(app.partition, summary, now)
+    line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
+    tx.after_commit.append(lambda: summary_log.info("QUOTA_APP_SUMMARY: %s", line))
+    return True
+
+
+def _reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, int]:
+    """A running-application count is in use at once; resources are reserved."""
+    if counter.resource == APPLICATIONS:
+        return requested[APPLICATIONS], 0
+    return 0, requested[counter.resource]
 
 
 def _by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
@@ -473,14 +661,19 @@ def _counters_of(
     reservation: Reservation,
     own: Mapping[tuple[str, str], Counter],
     limits: Mapping[tuple[str, str], Counter],
+    *,
+    stopped: bool = False,
 ) -> list[Counter]:
-    """The locked counters a reservation is charged to: its queue's and its lineage's limits."""
+    """The locked counters a reservation is charged to: its queue's and its lineage's limits,
+    and the lineage's application counts when its application stops running."""
     chain = queues.lineage(reservation.queue)
     found = []
     for resource in reservation.resources:
         if (mine := own.get((reservation.queue, resource))) is not None:
             found.append(mine)
         found += [c for scope in chain if (c := limits.get((scope, resource))) is not None]
+    if stopped:
+        found += [c for scope in chain if (c := limits.get((scope, APPLICATIONS))) is not None]
     return found
 
 
@@ -545,3 +738,13 @@ def _name_list(values: Iterable[str], field: str) -> list[str]:
     if isinstance(values, str):
         raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
     return [_optional_name(v, field) for v in values]
+
+
+def _read_path(source: Any) -> Any:
+    """A path names a file to read; text, bytes and dicts are configurations themselves."""
+    if isinstance(source, Path):
+        try:
+            return source.read_text()
+        except OSError as error:
+            raise InvalidRequest(f"cannot read {source}: {error.strerror}", field="config") from error
+    return source

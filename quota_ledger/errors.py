@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from quota_ledger.values import ReservationState, Violation
+    from quota_ledger.values import ConfigProblem, ReservationState, Violation
 
 
 class QuotaLedgerError(Exception):
@@ -112,3 +112,40 @@ class DatabaseUnavailable(QuotaLedgerError):
 
 class SchemaNotReady(QuotaLedgerError):
     """The ledger tables are missing or outdated: run `quota-ledger db upgrade`."""
+
+
+class ConfigError(InvalidRequest):
+    """The queue configuration is invalid; nothing was applied."""
+
+    def __init__(self, problems: Sequence[ConfigProblem]) -> None:
+        self.problems = list(problems)
+        parts = "; ".join(p.describe() for p in self.problems)
+        super().__init__(f"invalid configuration: {parts}", field="config")
+
+
+class NotFound(QuotaLedgerError):
+    """The named object does not exist."""
+
+
+class UserNotFound(NotFound):
+    """No usage or limit is tracked for this user."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        super().__init__(f"user {user!r} not found")
+
+
+class GroupNotFound(NotFound):
+    """No usage or limit is tracked for this group."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        super().__init__(f"group {group!r} not found")
+
+
+class ApplicationNotFound(NotFound):
+    """No finished application with this id has a usage summary."""
+
+    def __init__(self, application: str) -> None:
+        self.application = application
+        super().__init__(f"application {application!r} has no summary")

@@ -26,6 +26,8 @@ class Counter:
     in_use: int
     reserved: int
     limit: int | None
+    #: the user or group of a ``user``/``group`` counter (``quota_identity_usages``)
+    name: str | None = None
 
 
 def violations(partition: str, requested: Mapping[str, int], counters: Iterable[Counter]) -> list[Violation]:
@@ -45,6 +47,8 @@ def violations(partition: str, requested: Mapping[str, int], counters: Iterable[
                     in_use=counter.in_use,
                     reserved=counter.reserved,
                     requested=amount,
+                    kind=counter.scope_type if counter.name is not None else "queue",
+                    name=counter.name,
                 )
             )
     return found

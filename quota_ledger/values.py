@@ -64,10 +64,14 @@ class Violation:
     reserved: int
     requested: int
     partition: str = "default"
+    #: ``queue`` for queue limits; ``user`` or ``group`` for the limit of :attr:`name` at scope
+    kind: str = "queue"
+    name: str | None = None
 
     def describe(self) -> str:
+        who = f" for {self.kind} {self.name}" if self.name is not None else ""
         return (
-            f"{self.resource} at {self.scope}: limit {self.limit}, in use {self.in_use}, "
+            f"{self.resource} at {self.scope}{who}: limit {self.limit}, in use {self.in_use}, "
             f"reserved {self.reserved}, requested {self.requested}"
         )
 
@@ -85,3 +89,25 @@ class Drift:
     expected_in_use: int
     expected_reserved: int
     fixed: bool = field(default=False)
+    #: the user or group of a ``user``/``group`` counter
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfigProblem:
+    """One reason a queue configuration is refused, with where it was found."""
+
+    partition: str
+    #: full queue path (``root.a.b``), or "" for partition-level problems
+    queue: str
+    #: the limit's description, or the user/group/resource it concerns; "" when none
+    limit: str
+    message: str
+
+    def describe(self) -> str:
+        where = f"partition {self.partition!r}"
+        if self.queue:
+            where += f", queue {self.queue}"
+        if self.limit:
+            where += f", limit {self.limit!r}"
+        return f"{where}: {self.message}"

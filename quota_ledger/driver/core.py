@@ -47,6 +47,8 @@ class DbQuotaDriver:
         self._lock = threading.Lock()
         #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``, ``create``)
         self.retries: Tally[str] = Tally()
+        #: creates user/group counters (their limits are the engine's policy); set by the engine
+        self.identity_creator: Callable[[LedgerTx, MissingCounters], None] | None = None
 
     @classmethod
     def from_url(cls, url: str | URL, *, pool_size: int = 10, echo: bool = False) -> DbQuotaDriver:
@@ -68,8 +70,12 @@ class DbQuotaDriver:
                 with self.engine.connect() as conn:
                     if isolation is not None and self.backend != "sqlite":
                         conn.execution_options(isolation_level=isolation)
+                    tx = LedgerTx(conn, self.backend, attempt)
                     with conn.begin():
-                        return work(LedgerTx(conn, self.backend, attempt))
+                        result = work(tx)
+                for hook in tx.after_commit:
+                    hook()
+                return result
             except MissingCounters as missing:
                 creations += 1
                 self._count("create")
@@ -108,6 +114,11 @@ class DbQuotaDriver:
         return self.run(work)
 
     def _create(self, missing: MissingCounters) -> None:
+        creator = self.identity_creator
+        if missing.identity and creator is not None:
+            self.run(lambda tx: creator(tx, missing))
+            return
+
         def work(tx: LedgerTx) -> None:
             tx.create_missing(missing.partition, missing.pairs, tx.db_now())
 

@@ -155,3 +155,86 @@ quota_journal = Table(
     Index(None, "operation_id"),
     comment="Append-only: every change of in_use. SUM(delta) per queue/resource = in_use.",
 )
+
+quota_config_head = Table(
+    "quota_config_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False, comment="always 1"),
+    Column("version", Integer, nullable=False, comment="the configuration in force"),
+    CheckConstraint("id = 1", name="single_row"),
+    comment="The one row config writers lock; reservations read the version in force.",
+)
+
+quota_configs = Table(
+    "quota_configs",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("document", Text, nullable=False, comment="YuniKorn queue configuration, JSON"),
+    Column("capacity", Text, nullable=False, comment="JSON {partition: {resource: limit}} on root"),
+    Column("created_at", timestamp_type(), nullable=False),
+    comment="Every configuration ever applied; quota_config_head names the one in force.",
+)
+
+quota_identity_usages = Table(
+    "quota_identity_usages",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("partition", name_type(64), nullable=False),
+    Column("kind", String(8), nullable=False, comment="user or group"),
+    Column("name", name_type(128), nullable=False, comment="user or group name; group * is shared"),
+    Column("queue", name_type(255), nullable=False, comment="the configured queue the limit is on"),
+    Column("resource", name_type(253), nullable=False, comment="or 'applications' (running count)"),
+    Column("in_use", BigInteger, nullable=False, default=0, comment="this name's usage below queue"),
+    Column("reserved", BigInteger, nullable=False, default=0),
+    Column("hard_limit", BigInteger, nullable=False),
+    Column("updated_at", timestamp_type(), nullable=False),
+    UniqueConstraint("partition", "kind", "name", "queue", "resource"),
+    CheckConstraint("in_use >= 0", name="in_use_nonnegative"),
+    CheckConstraint("reserved >= 0", name="reserved_nonnegative"),
+    CheckConstraint("hard_limit >= 0", name="hard_limit_nonnegative"),
+    CheckConstraint("kind IN ('user', 'group')", name="kind_known"),
+    comment="User and group limits, one row per enforced (name, queue, resource); no other rows.",
+)
+
+quota_applications = Table(
+    "quota_applications",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("partition", name_type(64), nullable=False),
+    Column(
+        "app_key",
+        name_type(640),
+        nullable=False,
+        comment="the application id, or TAB user TAB queue for a user's reservations without one",
+    ),
+    Column("application", name_type(255), nullable=True, comment="NULL for the per-user bucket"),
+    Column("user_name", name_type(255), nullable=True),
+    Column("queue", name_type(255), nullable=False),
+    Column("group_name", name_type(255), nullable=True, comment="group tracked against; NULL = none"),
+    Column("state", String(16), nullable=False, comment="running or finished"),
+    Column("pending", Integer, nullable=False, comment="pending reservations"),
+    Column("usage", Text, nullable=False, comment='JSON {resource: [in_use, reserved]}'),
+    Column("area", Text, nullable=False, comment="JSON {resource: in_use x microseconds}"),
+    Column("submitted_at", timestamp_type(), nullable=False),
+    Column("started_at", timestamp_type(), nullable=True, comment="first commit"),
+    Column("finished_at", timestamp_type(), nullable=True),
+    Column("changed_at", timestamp_type(), nullable=False),
+    UniqueConstraint("partition", "app_key"),
+    CheckConstraint("state IN ('running', 'finished')", name="state_known"),
+    CheckConstraint("pending >= 0", name="pending_nonnegative"),
+    Index(None, "partition", "user_name"),
+    Index(None, "partition", "group_name"),
+    comment="Per-application usage: the source of user and group usage reports.",
+)
+
+quota_app_summaries = Table(
+    "quota_app_summaries",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("partition", name_type(64), nullable=False),
+    Column("application", name_type(255), nullable=False),
+    Column("summary", Text, nullable=False, comment="JSON, as logged after QUOTA_APP_SUMMARY:"),
+    Column("finished_at", timestamp_type(), nullable=False),
+    Index(None, "partition", "application"),
+    comment="One row per finished application run: resource usage integrated over time.",
+)

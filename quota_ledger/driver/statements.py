@@ -18,7 +18,7 @@ limit change holding the exclusive lock sees every counter it has to sum (no pha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,18 +45,30 @@ from quota_ledger.driver.schema import (
     reservation_items,
     reservations,
 )
+from quota_ledger.driver.tracking import TrackingStatements
 from quota_ledger.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.queues import subtree_bounds
 from quota_ledger.values import Reservation, ReservationState
 
 
 class MissingCounters(Exception):
-    """Internal: queue counters must be created (in their own transaction) before locking."""
+    """Internal: counters must be created (in their own transaction) before locking.
 
-    def __init__(self, partition: str, pairs: Sequence[tuple[str, str]]) -> None:
+    ``pairs`` are (queue, resource) queue counters; ``identity`` are (kind, name, queue,
+    resource) user/group counters, which the engine creates (their limits are policy).
+    """
+
+    def __init__(
+        self,
+        partition: str,
+        pairs: Sequence[tuple[str, str]],
+        *,
+        identity: Sequence[tuple[str, str, str, str]] = (),
+    ) -> None:
         self.partition = partition
         self.pairs = list(pairs)
-        super().__init__(f"missing counters in {partition}: {pairs}")
+        self.identity = list(identity)
+        super().__init__(f"missing counters in {partition}: {pairs} {identity}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +296,7 @@ _INSERT_JOURNAL = sa_insert(quota_journal)
 _OPERATION_RECORDED = select(_J.id).where(_J.operation_id == bindparam("op")).limit(1)
 
 
-class LedgerTx:
+class LedgerTx(TrackingStatements):
     """One database transaction of the ledger. The engine decides; this class reads and writes."""
 
     def __init__(self, conn: Connection, backend: str, attempt: int) -> None:
@@ -292,6 +304,8 @@ class LedgerTx:
         self.backend = backend
         #: 0 on the first try; a retry after a lost connection checks what already happened
         self.attempt = attempt
+        #: run by the driver once this transaction has committed (never for a failed attempt)
+        self.after_commit: list[Callable[[], None]] = []
         #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_fast)
         self.fast = FastPath(conn) if backend == "postgresql" else None
 

@@ -62,14 +62,16 @@ def test_expiry_time_is_database_clock_plus_ttl(ledger: QuotaEngine) -> None:
 def test_reservation_counts_against_every_limited_ancestor(ledger: QuotaEngine) -> None:
     ledger.set_limits("root", {"fpga": 10})
     ledger.set_limits("root.a", {"fpga": 4})
-    ledger.set_limits("root.a.b", {"fpga": 8})
+    # Children's maxima may add up to more than the parent's; the parent caps their sum.
+    ledger.set_limits("root.a.b", {"fpga": 4})
+    ledger.set_limits("root.a.c", {"fpga": 3})
     ledger.reserve("root.a.b", {"fpga": 3})
     ledger.reserve("root.a.c", {"fpga": 1})
     with pytest.raises(OverQuota) as refused:
         ledger.reserve("root.a.b", {"fpga": 1})
     assert [(v.scope, v.resource) for v in refused.value.violations] == [("root.a", "fpga")]
     assert ledger.usage("root")["fpga"] == Usage(in_use=0, reserved=4, limit=10)
-    assert ledger.usage("root.a.b")["fpga"] == Usage(in_use=0, reserved=3, limit=8)
+    assert ledger.usage("root.a.b")["fpga"] == Usage(in_use=0, reserved=3, limit=4)
     # A sibling subtree is only bounded by root.
     ledger.reserve("root.z", {"fpga": 6})
     with pytest.raises(OverQuota):

@@ -26,7 +26,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0001"
+        assert migrate.current(engine.driver.engine) == "0002"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None

@@ -1,0 +1,99 @@
+"""The audit's transactions: read every counter and what the history says it must hold.
+
+Queue and subtree resource counters are checked against the journal and the pending items
+(:mod:`quota_ledger.audit`); running-application counts and user/group counters against the
+application rows (:mod:`quota_ledger.identity`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from quota_ledger import audit, identity
+from quota_ledger.config.rules import APPLICATIONS
+from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.tracking import AppState
+from quota_ledger.values import Drift
+
+
+def read_drift(tx: LedgerTx, partition: str) -> list[Drift]:
+    return find(
+        tx,
+        partition,
+        tx.all_counters(partition),
+        tx.identity_counters(partition, lock=False),
+        tx.read_apps(partition),
+    )
+
+
+def fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
+    """Repair a partition under its exclusive lock (canonical order: apps, then counters)."""
+    now = tx.lock_partition(partition, exclusive=True)
+    apps = tx.lock_all_apps(partition)
+    own = tx.lock_all_counters(partition, QUEUE)
+    limits = tx.lock_all_counters(partition, SUBTREE)
+    named = tx.identity_counters(partition, lock=True)
+    in_use, reserved = tx.journal_sums(partition), tx.pending_sums(partition)
+    missing = audit.missing_queue_counters(own, in_use, reserved)
+    if missing:
+        tx.create_missing(partition, missing, now)
+        own = tx.lock_all_counters(partition, QUEUE)
+    drifts = find(tx, partition, [*own, *limits], named, apps, sums=(in_use, reserved))
+    by_key = {(d.scope_type, d.name, d.scope, d.resource): d for d in drifts}
+
+    def wanted(c: Counter) -> Drift | None:
+        return by_key.get((c.scope_type, c.name, c.scope, c.resource))
+
+    tx.set_counter_values(
+        {c.id: (d.expected_in_use, d.expected_reserved) for c in [*own, *limits] if (d := wanted(c))},
+        now,
+    )
+    tx.set_identity_counters(
+        {c.id: (d.expected_in_use, d.expected_reserved, c.limit or 0) for c in named if (d := wanted(c))},
+        now,
+    )
+    return [replace(d, fixed=True) for d in drifts]
+
+
+def find(
+    tx: LedgerTx,
+    partition: str,
+    counters: Iterable[Counter],
+    named: Iterable[Counter],
+    apps: Iterable[AppState],
+    *,
+    sums: tuple[audit.Sums, audit.Sums] | None = None,
+) -> list[Drift]:
+    in_use, reserved = sums or (tx.journal_sums(partition), tx.pending_sums(partition))
+    counter_list = list(counters)
+    app_list = list(apps)
+    plain = [c for c in counter_list if c.resource != APPLICATIONS]
+    drifts = audit.find_drift(partition, plain, in_use, reserved)
+    counts = identity.queue_app_counts(app_list)
+    for counter in counter_list:
+        if counter.resource == APPLICATIONS:
+            drifts += _differs(partition, counter, (identity.subtree_count(counts, counter.scope), 0))
+    for counter in named:
+        key = (counter.scope_type, counter.name or "", counter.scope, counter.resource)
+        drifts += _differs(partition, counter, identity.value(app_list, key))
+    return drifts
+
+
+def _differs(partition: str, counter: Counter, expected: tuple[int, int]) -> list[Drift]:
+    if (counter.in_use, counter.reserved) == expected:
+        return []
+    return [
+        Drift(
+            partition=partition,
+            scope_type=counter.scope_type,
+            scope=counter.scope,
+            resource=counter.resource,
+            in_use=counter.in_use,
+            reserved=counter.reserved,
+            expected_in_use=expected[0],
+            expected_reserved=expected[1],
+            name=counter.name,
+        )
+    ]

@@ -1,0 +1,174 @@
+"""Applying a configuration: validate, then bring every limit counter in line, in one transaction.
+
+A configuration covers all partitions. The writer locks the config head (writers queue there),
+then every partition exclusively, so a reservation sees either the old limits or the new ones,
+never a mix. Under those locks every limit counter is recomputed from the queue counters and
+the application rows, so applying a configuration also repairs drift in what it touches.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from quota_ledger import identity, queues
+from quota_ledger.config import model
+from quota_ledger.config.rules import APPLICATIONS, PartitionRules, Rules, compile_config
+from quota_ledger.config.validate import validate
+from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.errors import ConfigError
+from quota_ledger.limits import QUEUE, SUBTREE
+from quota_ledger.values import ConfigProblem
+
+Document = dict[str, Any]
+Capacity = dict[str, dict[str, int]]
+Edit = Callable[[Document, Capacity], tuple[Any, Capacity]]
+
+
+def check(source: Any) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
+    """Parse and validate; returns the normalized config and every problem found."""
+    try:
+        config = model.load(source)
+    except ConfigError as error:
+        return model.SchedulerConfig(partitions=()), error.problems
+    return model.normalize(config), validate(config)
+
+
+def compile_stored(version: int, document: Mapping[str, Any], capacity: Mapping[str, Any]) -> Rules:
+    """Compile a stored (already validated) version."""
+    return compile_config(model.normalize(model.load(dict(document))), capacity, version)
+
+
+def apply(tx: LedgerTx, edit: Edit) -> int:
+    """Apply ``edit(current document, current capacity)`` as the next version; returns it."""
+    version = tx.lock_config_head()
+    document, capacity = tx.load_config(version)
+    source, new_capacity = edit(copy.deepcopy(document), copy.deepcopy(capacity))
+    config, problems = check(source)
+    if problems:
+        raise ConfigError(problems)
+    rules = compile_config(config, new_capacity, version + 1)
+    names = sorted(set(tx.partition_names()) | set(rules.partitions))
+    now = tx.db_now()
+    for name in names:
+        tx.create_missing(name, [], now)  # a row to lock on MariaDB and SQLite; the sweeper's list
+        tx.lock_partition(name, exclusive=True)
+    for name in names:
+        reconcile(tx, rules.partition(name), now)
+    tx.store_config(version + 1, model.dump(config), new_capacity, now)
+    return version + 1
+
+
+def reconcile(tx: LedgerTx, rules: PartitionRules, now: datetime) -> None:
+    """Make the partition's limit counters exactly what ``rules`` enforce, with exact values.
+
+    Caller holds the exclusive partition lock. Locks application rows, then queue, subtree
+    and user/group counters: the canonical order.
+    """
+    partition = rules.name
+    apps = tx.lock_all_apps(partition)
+    own = tx.lock_all_counters(partition, QUEUE)
+    existing = {(c.scope, c.resource): c for c in tx.lock_all_counters(partition, SUBTREE)}
+    wanted = rules.queue_limits()
+    counts = identity.queue_app_counts(apps)
+    for key, counter in existing.items():
+        if key not in wanted:
+            tx.delete_counter(counter.id)
+        elif counter.limit != wanted[key]:
+            tx.set_limit(counter.id, wanted[key], now)
+    for (queue, resource), limit in sorted(wanted.items()):
+        if (queue, resource) in existing:
+            continue
+        if resource == APPLICATIONS:
+            in_use, reserved = identity.subtree_count(counts, queue), 0
+        else:
+            below = [c for c in own if c.resource == resource and queues.in_subtree(c.scope, queue)]
+            in_use, reserved = sum(c.in_use for c in below), sum(c.reserved for c in below)
+        tx.insert_subtree_counter(
+            partition, queue, resource, in_use=in_use, reserved=reserved, limit=limit, now=now
+        )
+    named = tx.identity_counters(partition, lock=True)
+    current = {(c.scope_type, c.name or "", c.scope, c.resource): c for c in named}
+    desired = identity.desired(rules, apps)
+    tx.delete_identity_counters([c.id for key, c in current.items() if key not in desired])
+    updates = {}
+    for wanted_key, limit in desired.items():
+        if (found := current.get(wanted_key)) is not None:
+            in_use, reserved = identity.value(apps, wanted_key)
+            if (found.in_use, found.reserved, found.limit) != (in_use, reserved, limit):
+                updates[found.id] = (in_use, reserved, limit)
+    tx.set_identity_counters(updates, now)
+    tx.insert_identity_counters(
+        partition,
+        {key: (*identity.value(apps, key), limit) for key, limit in desired.items() if key not in current},
+        now,
+    )
+
+
+def replace_with(source: Any) -> Edit:
+    """An edit that applies ``source`` as the whole configuration (root capacity is kept)."""
+
+    def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
+        return source, capacity
+
+    return edit
+
+
+def set_queue_max(partition: str, queue: str, limits: Mapping[str, int | None]) -> Edit:
+    """An edit that sets (or with None removes) ``queue``'s max resources in the stored config.
+
+    ``root`` has no max in YuniKorn's format (its max is the cluster size), so root limits
+    are kept as the partition's capacity next to the document.
+    """
+
+    def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
+        if queue == "root":
+            current = capacity.setdefault(partition, {})
+            for resource, value in limits.items():
+                if value is None:
+                    current.pop(resource, None)
+                else:
+                    current[resource] = value
+            if not current:
+                del capacity[partition]
+            return document, capacity
+        node = _queue_node(document, partition, queue)
+        resources = node.setdefault("resources", {})
+        maximum = resources.setdefault("max", {})
+        for resource, value in limits.items():
+            if value is None:
+                maximum.pop(resource, None)
+            else:
+                # YuniKorn's config counts only vcore in milli-units: store exact base units.
+                maximum[resource] = f"{value}m" if resource == "vcore" else str(value)
+        if not maximum:
+            del resources["max"]
+        if not resources:
+            del node["resources"]
+        return document, capacity
+
+    return edit
+
+
+def _queue_node(document: Document, partition: str, queue: str) -> dict[str, Any]:
+    parts = document.setdefault("partitions", [])
+    found = next((p for p in parts if _partition_name(p.get("name", "")) == partition), None)
+    if found is None:
+        found = {"name": partition, "queues": [{"name": "root"}]}
+        parts.append(found)
+    level: list[dict[str, Any]] = found.setdefault("queues", [])
+    node: dict[str, Any] | None = None
+    for segment in queue.split("."):
+        node = next((q for q in level if q.get("name") == segment), None)
+        if node is None:
+            node = {"name": segment}
+            level.append(node)
+        level = node.setdefault("queues", [])
+    assert node is not None
+    return node
+
+
+def _partition_name(name: str) -> str:
+    return "default" if name == "" or name.lower() == "default" else name
