@@ -133,7 +133,10 @@ def test_zero_max_blocks_the_resource(ledger: QuotaEngine) -> None:
                 {
                     "name": "default",
                     "queues": [
-                        {"name": "root", "queues": [{"name": "a", "resources": {"max": {"vcore": 0, "memory": 0}}}]}
+                        {
+                            "name": "root",
+                            "queues": [{"name": "a", "resources": {"max": {"vcore": 0, "memory": 0}}}],
+                        }
                     ],
                 }
             ]
@@ -305,7 +308,9 @@ def test_expiry_ends_an_idle_application(ledger: QuotaEngine) -> None:
 
 def test_user_usage_has_yunikorns_shape(ledger: QuotaEngine) -> None:
     ledger.apply_config(CONFIG)
-    r = ledger.reserve("root.dev.team1", {"vcore": "1", "memory": "1Gi"}, user="sue", groups=["dev"], application="s1")
+    r = ledger.reserve(
+        "root.dev.team1", {"vcore": "1", "memory": "1Gi"}, user="sue", groups=["dev"], application="s1"
+    )
     ledger.commit(r.id)
     ledger.reserve("root.dev.team2", {"vcore": "500m"}, user="sue", groups=["dev"], application="s2")
     report = ledger.user_usage("sue")
@@ -325,7 +330,11 @@ def test_user_usage_has_yunikorns_shape(ledger: QuotaEngine) -> None:
         "runningApplications": ["s1"],
         "maxResources": {"vcore": 4000},
     }
-    assert team2 == {"queuePath": "root.dev.team2", "resourceUsage": {"vcore": 500}, "runningApplications": ["s2"]}
+    assert team2 == {
+        "queuePath": "root.dev.team2",
+        "resourceUsage": {"vcore": 500},
+        "runningApplications": ["s2"],
+    }
     group = ledger.group_usage("dev")
     assert group["groupName"] == "dev"
     assert group["applications"] == ["s1", "s2"]
@@ -351,18 +360,24 @@ def test_application_summary_integrates_usage_over_time(
     ledger.commit(r.id)
     time.sleep(0.3)
     with caplog.at_level(logging.INFO, logger="quota_ledger.summary"):
-        ledger.release("root.a", {"vcore": "100m", "memory": "500M"}, user="sue", application="app-1", finished=True)
+        ledger.release(
+            "root.a", {"vcore": "100m", "memory": "500M"}, user="sue", application="app-1", finished=True
+        )
     summary = ledger.application_summary("app-1")
     seconds = (summary["finishTime"] - summary["startTime"]) / 1000
     assert seconds >= 0.3
     assert abs(summary["resourceUsage"]["vcore"] - 100 * seconds) <= 1
     assert abs(summary["resourceUsage"]["memory"] - 500_000_000 * seconds) <= 500_000_000 / 1000
     assert (summary["appId"], summary["user"], summary["queue"], summary["state"]) == (
-        "app-1", "sue", "root.a", "Completed"
+        "app-1",
+        "sue",
+        "root.a",
+        "Completed",
     )
     assert summary["submissionTime"] <= summary["startTime"] <= summary["finishTime"]
     lines = [m for m in caplog.messages if m.startswith("QUOTA_APP_SUMMARY: ")]
-    assert len(lines) == 1 and '"appId":"app-1"' in lines[0]
+    assert len(lines) == 1
+    assert '"appId":"app-1"' in lines[0]
     with pytest.raises(ApplicationNotFound):
         ledger.application_summary("never-ran")
 

@@ -11,6 +11,7 @@ knows every short pending reservation is past its expiry time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import time
@@ -32,6 +33,7 @@ from hypothesis.stateful import (
 from sqlalchemy.engine import URL
 
 from quota_ledger import (
+    ConfigError,
     IdempotencyConflict,
     InvalidCommit,
     OverQuota,
@@ -235,16 +237,30 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(op=st.tuples(st.sampled_from(SCOPES), limit_changes))
     def set_limits(self, op: tuple[str, dict[str, int | None]]) -> None:
         scope, changes = op
-        self.engine.set_limits(
+        proposed = dict(self.model.limits)
+        for res, lim in changes.items():
+            if lim is None:
+                proposed.pop((scope, res), None)
+            else:
+                proposed[(scope, res)] = lim
+        # YuniKorn's rule: a queue's max fits in every ancestor's max (root's capacity aside).
+        valid = all(
+            lim <= proposed.get((ancestor, res), lim)
+            for (queue, res), lim in proposed.items()
+            for ancestor in lineage(queue)[1:-1]
+        )
+        call = functools.partial(
+            self.engine.set_limits,
             scope,
             {res: None if lim is None else format_quantity(res, lim) for res, lim in changes.items()},
             partition=self.partition,
         )
-        for res, lim in changes.items():
-            if lim is None:
-                self.model.limits.pop((scope, res), None)
-            else:
-                self.model.limits[(scope, res)] = lim
+        if valid:
+            call()
+            self.model.limits = proposed
+        else:
+            with pytest.raises(ConfigError):
+                call()
         assert self.engine.limits(partition=self.partition) == self.model.limits_by_scope()
 
     # Hypothesis tries rules with fewer arguments first (and a run of "simplest" choices picks the

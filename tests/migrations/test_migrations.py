@@ -99,5 +99,5 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0001" in result.stdout
+    assert "schema at 0002" in result.stdout
     assert (workdir / "quota-ledger.db").is_file()
