@@ -1,0 +1,121 @@
+"""A configuration change while 16 threads reserve: every reservation sees one version.
+
+Version A allows only ``fpga`` in ``root.q``, version B only ``gpu``. A request for both can
+only succeed if it saw A's fpga limit and B's gpu limit at once: a mix. So none may succeed,
+while single-resource requests keep succeeding under whichever version is in force, and no
+counter ever holds more than either version allows.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter as Tally
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from quota_ledger import OverQuota, QuotaEngine, QuotaLedgerError
+
+_DURATION = 6.0
+_THREADS = 16
+
+
+def _config(fpga: int, gpu: int) -> dict[str, object]:
+    queue = {
+        "name": "q",
+        "resources": {"max": {"fpga": fpga, "gpu": gpu}},
+        "maxapplications": 50,
+        "limits": [{"users": ["*"], "maxapplications": 20}],
+    }
+    return {"partitions": [{"name": "default", "queues": [{"name": "root", "queues": [queue]}]}]}
+
+
+A = _config(fpga=4, gpu=0)
+B = _config(fpga=0, gpu=4)
+
+
+def test_config_change_under_load_never_mixes_versions(server_db_url: URL) -> None:
+    ledger = QuotaEngine.from_url(server_db_url, pool_size=_THREADS + 4)
+    ledger.apply_config(A)
+    stop = time.monotonic() + _DURATION
+    outcomes: Tally[str] = Tally()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        rng = random.Random(n)
+        i = 0
+        try:
+            while time.monotonic() < stop:
+                i += 1
+                request = rng.choice([{"fpga": 1}, {"gpu": 1}, {"fpga": 1, "gpu": 1}])
+                kind = "+".join(sorted(request))
+                app = f"app-{n}-{i}"
+                try:
+                    r = ledger.reserve("root.q", request, user=f"u{n % 4}", application=app, ttl=30)
+                except OverQuota:
+                    with lock:
+                        outcomes[f"refused {kind}"] += 1
+                    continue
+                with lock:
+                    outcomes[f"reserved {kind}"] += 1
+                if rng.random() < 0.5:
+                    ledger.rollback(r.id)
+                else:
+                    ledger.commit(r.id)
+                    ledger.release("root.q", request, user=f"u{n % 4}", application=app, finished=True)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    def switcher() -> None:
+        flip = False
+        try:
+            while time.monotonic() < stop:
+                ledger.apply_config(B if flip else A)
+                with lock:
+                    outcomes["versions"] += 1
+                flip = not flip
+                time.sleep(0.05)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    observed = Tally[str]()
+
+    def observer() -> None:
+        engine = create_engine(server_db_url)
+        try:
+            with engine.connect() as conn:
+                while time.monotonic() < stop:
+                    rows = conn.execute(
+                        text(
+                            "SELECT resource, in_use + reserved FROM quota_usages"
+                            " WHERE scope_type = 'subtree'"
+                        )
+                    ).all()
+                    conn.rollback()
+                    for resource, held in rows:
+                        if resource in ("fpga", "gpu"):
+                            observed[resource] = max(observed[resource], held)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(_THREADS)]
+    threads += [threading.Thread(target=switcher), threading.Thread(target=observer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=_DURATION + 60)
+    try:
+        assert not errors, [repr(e) for e in errors if isinstance(e, QuotaLedgerError)] or errors
+        assert outcomes["reserved fpga+gpu"] == 0, outcomes
+        assert outcomes["versions"] >= 5, outcomes
+        assert outcomes["reserved fpga"] > 0, outcomes
+        assert outcomes["reserved gpu"] > 0, outcomes
+        assert observed["fpga"] <= 4, observed
+        assert observed["gpu"] <= 4, observed
+        print(dict(outcomes), dict(observed))
+        assert ledger.audit() == []
+    finally:
+        ledger.close()
