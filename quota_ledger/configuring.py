@@ -172,3 +172,34 @@ def _queue_node(document: Document, partition: str, queue: str) -> dict[str, Any
 
 def _partition_name(name: str) -> str:
     return "default" if name == "" or name.lower() == "default" else name
+
+
+def set_namespace_max(partition: str, queue: str, limits: Mapping[str, int] | None) -> Edit:
+    """An edit that makes ``queue``'s max exactly ``limits``: a namespace's quota annotation.
+
+    The queue is created in the configuration only when there is a quota to hold; without one
+    an existing max is removed and the queue stays dynamic.
+    """
+
+    def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
+        if limits is None and not _has_queue(document, partition, queue):
+            return document, capacity
+        node = _queue_node(document, partition, queue)
+        current = node.get("resources", {}).get("max", {})
+        wanted: dict[str, int | None] = {res: None for res in current}
+        wanted.update(limits or {})
+        return set_queue_max(partition, queue, wanted)(document, capacity)
+
+    return edit
+
+
+def _has_queue(document: Document, partition: str, queue: str) -> bool:
+    parts = document.get("partitions", [])
+    found = next((p for p in parts if _partition_name(p.get("name", "")) == partition), None)
+    level: list[dict[str, Any]] = found.get("queues", []) if found else []
+    for segment in queue.split("."):
+        node = next((q for q in level if q.get("name") == segment), None)
+        if node is None:
+            return False
+        level = node.get("queues", [])
+    return True

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from quota_ledger import auditing, charging, configuring, identity, queues, reports, tracking
+from quota_ledger import auditing, charging, configuring, identity, namespaces, queues, reports, tracking
 from quota_ledger import limits as limit_rules
 from quota_ledger.config.rules import APPLICATIONS, GROUP, USER, PartitionRules, Rules
 from quota_ledger.driver.core import DbQuotaDriver
@@ -116,6 +116,32 @@ class QuotaEngine:
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
         return configuring.check(_read_path(source))[1]
+
+    def apply_namespace(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> str:
+        """Place a Kubernetes Namespace (dict or YAML, as Kubernetes serves it) on its queue.
+
+        ``root.<name>``, or under the queue named by ``yunikorn.apache.org/parentqueue``; the
+        queue's max comes from ``yunikorn.apache.org/namespace.quota`` (or the deprecated
+        ``namespace.max.cpu``/``.max.memory``) and is applied as a new configuration version.
+        Returns the queue path.
+        """
+        queues.validate_partition(partition)
+        found = namespaces.placement(manifest)
+        edit = configuring.set_namespace_max(partition, found.queue, found.max)
+
+        def work(tx: LedgerTx) -> str:
+            configuring.apply(tx, edit)
+            tx.place_namespace(partition, found.namespace, found.queue, tx.db_now())
+            return found.queue
+
+        return self.driver.run(work)
+
+    def namespace_queue(self, namespace: str, *, partition: str = DEFAULT_PARTITION) -> str:
+        """The queue a namespace's reservations go to (``root.<namespace>`` if never placed)."""
+        queues.validate_partition(partition)
+        name = _optional_name(namespace, "namespace")
+        found = self.driver.run(lambda tx: tx.namespace_queue(partition, name))
+        return found if found is not None else f"root.{name}"
 
     def config(self) -> dict[str, Any]:
         """The configuration in force, normalized (a dict :meth:`apply_config` accepts)."""

@@ -132,6 +132,15 @@ def upgrade() -> None:
         "quota_app_summaries",
         ["partition", "application"],
     )
+    op.create_table(
+        "quota_namespaces",
+        sa.Column("partition", _name(64), nullable=False),
+        sa.Column("namespace", _name(63), nullable=False, comment="Kubernetes namespace"),
+        sa.Column("queue", _name(255), nullable=False, comment="the queue it is placed on"),
+        sa.Column("updated_at", _ts(), nullable=False),
+        sa.PrimaryKeyConstraint("partition", "namespace", name=op.f("pk_quota_namespaces")),
+        comment="Where apply_namespace placed each Kubernetes namespace.",
+    )
     # Version 0: the empty configuration, so there is always a row to lock and to read.
     now = datetime(2026, 1, 1)
     op.bulk_insert(configs, [{"version": 0, "document": _EMPTY, "capacity": "{}", "created_at": now}])
@@ -139,6 +148,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("quota_namespaces")
     op.drop_index(op.f("ix_quota_app_summaries_partition_application"), table_name="quota_app_summaries")
     op.drop_table("quota_app_summaries")
     op.drop_index(op.f("ix_quota_applications_partition_group_name"), table_name="quota_applications")

@@ -238,3 +238,14 @@ quota_app_summaries = Table(
     Index(None, "partition", "application"),
     comment="One row per finished application run: resource usage integrated over time.",
 )
+
+quota_namespaces = Table(
+    "quota_namespaces",
+    metadata,
+    Column("partition", name_type(64), nullable=False),
+    Column("namespace", name_type(63), nullable=False, comment="Kubernetes namespace"),
+    Column("queue", name_type(255), nullable=False, comment="the queue it is placed on"),
+    Column("updated_at", timestamp_type(), nullable=False),
+    PrimaryKeyConstraint("partition", "namespace"),
+    comment="Where apply_namespace placed each Kubernetes namespace.",
+)

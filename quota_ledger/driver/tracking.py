@@ -24,6 +24,7 @@ from quota_ledger.driver.schema import (
     quota_config_head,
     quota_configs,
     quota_identity_usages,
+    quota_namespaces,
     quota_partitions,
 )
 from quota_ledger.limits import Counter
@@ -169,6 +170,16 @@ _LATEST_SUMMARY = (
 )
 
 
+# -- namespaces -------------------------------------------------------------------------------
+_N = quota_namespaces.c
+# namespace_queue: where a namespace is placed; no lock.
+_NAMESPACE_QUEUE = select(_N.queue).where(_N.partition == bindparam("p"), _N.namespace == bindparam("ns"))
+_DELETE_NAMESPACE = delete(quota_namespaces).where(
+    _N.partition == bindparam("p"), _N.namespace == bindparam("ns")
+)
+_INSERT_NAMESPACE = sa_insert(quota_namespaces)
+
+
 class TrackingStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.statements.LedgerTx`."""
 
@@ -202,6 +213,16 @@ class TrackingStatements:
 
     def partition_names(self) -> list[str]:
         return list(self.conn.execute(_PARTITION_NAMES).scalars())
+
+    def namespace_queue(self, partition: str, namespace: str) -> str | None:
+        found = self.conn.execute(_NAMESPACE_QUEUE, {"p": partition, "ns": namespace}).scalar()
+        return None if found is None else str(found)
+
+    def place_namespace(self, partition: str, namespace: str, queue: str, now: datetime) -> None:
+        """Record a namespace's queue (the caller holds the config head lock)."""
+        self.conn.execute(_DELETE_NAMESPACE, {"p": partition, "ns": namespace})
+        row = {"partition": partition, "namespace": namespace, "queue": queue, "updated_at": now}
+        self.conn.execute(_INSERT_NAMESPACE, row)
 
     # -- user/group counters ---------------------------------------------------------------
     def lock_identity_counters(

@@ -411,3 +411,51 @@ def test_config_change_recomputes_user_and_group_counters(ledger: QuotaEngine) -
     ledger.apply_config(CONFIG)  # re-applying the same config keeps usage (YUNIKORN-2012)
     assert ledger.user_usage("bob")["queues"]["resourceUsage"] == {"vcore": 3000}
     assert ledger.audit() == []
+
+
+def _namespace(name: str, **annotations: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
+
+
+def test_namespace_quota_annotation_sets_the_queue_max(ledger: QuotaEngine) -> None:
+    quota = '{"cpu": "2", "memory": "1G", "nvidia.com/gpu": "1"}'
+    assert ledger.apply_namespace(
+        _namespace("finance", **{"yunikorn.apache.org/namespace.quota": quota})
+    ) == ("root.finance")
+    assert ledger.namespace_queue("finance") == "root.finance"
+    assert ledger.limits()["root.finance"] == {"vcore": 2000, "memory": 10**9, "nvidia.com/gpu": 1}
+    with pytest.raises(OverQuota):
+        ledger.reserve(ledger.namespace_queue("finance"), {"nvidia.com/gpu": 2})
+    ledger.apply_namespace(_namespace("finance"))  # quota annotation removed: max removed
+    assert "root.finance" not in ledger.limits()
+
+
+def test_namespace_parent_annotation_and_deprecated_max(ledger: QuotaEngine) -> None:
+    ledger.apply_config(CONFIG)
+    manifest = """
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: sales
+  annotations:
+    yunikorn.apache.org/parentqueue: prod
+    yunikorn.apache.org/namespace.max.cpu: "3"
+    yunikorn.apache.org/namespace.max.memory: 1Gi
+"""
+    assert ledger.apply_namespace(manifest) == "root.prod.sales"
+    assert ledger.limits()["root.prod.sales"] == {"vcore": 3000, "memory": 2**30}
+    assert ledger.namespace_queue("unplaced") == "root.unplaced"
+    with pytest.raises(InvalidRequest):
+        ledger.apply_namespace(_namespace("Bad_Name"))
+    with pytest.raises(InvalidRequest):
+        ledger.apply_namespace(_namespace("x", **{"yunikorn.apache.org/namespace.quota": "{not json"}))
+    with pytest.raises(ConfigError):  # a namespace quota above its parent's max
+        ledger.apply_namespace(
+            _namespace(
+                "big",
+                **{
+                    "yunikorn.apache.org/parentqueue": "root.prod",
+                    "yunikorn.apache.org/namespace.max.cpu": "21",
+                },
+            )
+        )
