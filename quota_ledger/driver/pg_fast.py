@@ -25,6 +25,11 @@ _HEADER = (
     " i.resource, i.amount, i.committed"
 )
 _COUNTER = "id, scope_type, scope, resource, in_use, reserved, hard_limit"
+_IDENTITY = "id, kind, name, queue, resource, in_use, reserved, hard_limit"
+_APP = (
+    'id, "partition", app_key, application, user_name, queue, group_name, state, pending, "usage", area,'
+    " submitted_at, started_at, finished_at, changed_at"
+)
 
 SQL: Mapping[str, str] = {
     # shared partition lock (advisory, nothing written) and the clock
@@ -100,6 +105,34 @@ SQL: Mapping[str, str] = {
         " operation_id, created_at)"
         " SELECT %(p)s, %(q)s, t.resource, t.delta, %(kind)s, %(rid)s, %(op)s, %(now)s"
         " FROM unnest(%(resources)s::text[], %(deltas)s::bigint[]) AS t(resource, delta)"
+    ),
+    # -- applications and user/group counters (see tracking.py) --------------------------------
+    # the configuration version in force; no lock
+    "config_version": "SELECT version FROM quota_config_head WHERE id = 1",
+    # application rows by key, sorted (step 4)
+    "lock_apps": (
+        f"SELECT {_APP} FROM quota_applications WHERE \"partition\" = %(p)s"  # noqa: S608 - constants only
+        " AND app_key = ANY(%(keys)s) ORDER BY app_key FOR UPDATE"
+    ),
+    # an application row this transaction holds
+    "update_app": (
+        "UPDATE quota_applications SET group_name = %(v_group)s, state = %(v_state)s,"
+        ' pending = %(v_pending)s, "usage" = %(v_usage)s, area = %(v_area)s,'
+        " submitted_at = %(v_submitted)s, started_at = %(v_started)s, finished_at = %(v_finished)s,"
+        " changed_at = %(v_changed)s WHERE id = %(aid)s"
+    ),
+    # user/group counters of kinds x names x queues x resources, in canonical order (step 7)
+    "lock_identity_counters": (
+        f"SELECT {_IDENTITY} FROM quota_identity_usages WHERE \"partition\" = %(p)s"  # noqa: S608
+        " AND kind = ANY(%(kinds)s) AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)"
+        " AND resource = ANY(%(resources)s) ORDER BY kind, name, queue, resource FOR UPDATE"
+    ),
+    # user/group counters this transaction holds
+    "apply_identity_deltas": (
+        "UPDATE quota_identity_usages SET in_use = quota_identity_usages.in_use + d.di,"
+        " reserved = quota_identity_usages.reserved + d.dr, updated_at = %(now)s"
+        " FROM unnest(%(ids)s::bigint[], %(dis)s::bigint[], %(drs)s::bigint[]) AS d(id, di, dr)"
+        " WHERE quota_identity_usages.id = d.id"
     ),
 }
 

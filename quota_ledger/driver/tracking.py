@@ -18,6 +18,7 @@ from sqlalchemy import Connection, bindparam, delete, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
+from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import (
     quota_app_summaries,
     quota_applications,
@@ -185,9 +186,12 @@ class TrackingStatements:
 
     conn: Connection
     backend: str
+    fast: FastPath | None
 
     # -- configuration ---------------------------------------------------------------------
     def config_version(self) -> int:
+        if self.fast is not None:
+            return int(self.fast.all("config_version", {})[0][0])
         return int(self.conn.execute(_CONFIG_VERSION).scalar_one())
 
     def lock_config_head(self) -> int:
@@ -248,7 +252,10 @@ class TrackingStatements:
             "queues": queue_list,
             "resources": resource_list,
         }
-        rows = self.conn.execute(_LOCK_IDENTITY, params).all()
+        if self.fast is not None:
+            rows: Sequence[Any] = self.fast.all("lock_identity_counters", params)
+        else:
+            rows = self.conn.execute(_LOCK_IDENTITY, params).all()
         return [c for row in rows if ((c := _identity(row)).scope_type, c.name) in pairs]
 
     def identity_counters(self, partition: str, *, lock: bool) -> list[Counter]:
@@ -257,7 +264,17 @@ class TrackingStatements:
 
     def apply_identity_deltas(self, deltas: Mapping[int, tuple[int, int]], now: datetime) -> None:
         changes = sorted((cid, d) for cid, d in deltas.items() if d[0] or d[1])
-        if changes:
+        if changes and self.fast is not None:
+            self.fast.run(
+                "apply_identity_deltas",
+                {
+                    "ids": [cid for cid, _ in changes],
+                    "dis": [d[0] for _, d in changes],
+                    "drs": [d[1] for _, d in changes],
+                    "now": now,
+                },
+            )
+        elif changes:
             self.conn.execute(
                 _APPLY_IDENTITY,
                 [{"cid": cid, "d_in_use": di, "d_reserved": dr, "now": now} for cid, (di, dr) in changes],
@@ -306,7 +323,11 @@ class TrackingStatements:
         wanted = sorted(set(keys))
         if not wanted:
             return {}
-        rows = self.conn.execute(_LOCK_APPS, {"p": partition, "keys": wanted})
+        params = {"p": partition, "keys": wanted}
+        if self.fast is not None:
+            rows: Iterable[Any] = self.fast.all("lock_apps", params)
+        else:
+            rows = self.conn.execute(_LOCK_APPS, params)
         return {app.app_key: app for app in map(_app, rows)}
 
     def lock_all_apps(self, partition: str) -> list[AppState]:
@@ -333,9 +354,7 @@ class TrackingStatements:
 
     def update_app(self, app: AppState) -> None:
         v = _app_values(app)
-        self.conn.execute(
-            _UPDATE_APP,
-            {
+        params = {
                 "aid": app.id,
                 "v_group": v["group_name"],
                 "v_state": v["state"],
@@ -346,8 +365,11 @@ class TrackingStatements:
                 "v_started": v["started_at"],
                 "v_finished": v["finished_at"],
                 "v_changed": v["changed_at"],
-            },
-        )
+            }
+        if self.fast is not None:
+            self.fast.run("update_app", params)
+        else:
+            self.conn.execute(_UPDATE_APP, params)
 
     def insert_summary(self, partition: str, summary: Mapping[str, Any], finished_at: datetime) -> None:
         self.conn.execute(
