@@ -15,9 +15,11 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+import yaml
+
 from quota_ledger import migrate, sweeper
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import InvalidRequest, OverQuota, QuotaLedgerError
+from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
 from quota_ledger.quantity import format_quantity
 from quota_ledger.settings import Settings
 from quota_ledger.values import Reservation, Usage
@@ -45,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OverQuota as error:
         _fail(args, error, violations=[dataclasses.asdict(v) for v in error.violations])
         return EXIT_OVER_QUOTA
+    except ConfigError as error:
+        _fail(args, error, problems=[dataclasses.asdict(p) for p in error.problems])
+        if not args.json:
+            for problem in error.problems:
+                print(f"  - {problem.describe()}", file=sys.stderr)
+        return EXIT_ERROR
     except QuotaLedgerError as error:
         _fail(args, error)
         return EXIT_ERROR
@@ -192,6 +200,69 @@ def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     return EXIT_DRIFT if drifts and not args.fix else 0
 
 
+def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    version = engine.apply_config(_read_source(args.file))
+    _say(args, {"version": version}, "applied configuration version {version}")
+    return 0
+
+
+def _config_validate(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    problems = engine.validate_config(_read_source(args.file))
+    if args.json:
+        _emit([dataclasses.asdict(p) for p in problems])
+    elif not problems:
+        print("configuration is valid")
+    for problem in [] if args.json else problems:
+        print(f"- {problem.describe()}")
+    return EXIT_ERROR if problems else 0
+
+
+def _config_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    document = engine.config()
+    if args.json:
+        _emit({"version": engine.config_version(), "config": document})
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+    return 0
+
+
+def _users(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    if args.name:
+        _emit(engine.user_usage(args.name, partition=args.partition))
+    else:
+        _emit(engine.user_usages(partition=args.partition))
+    return 0
+
+
+def _groups(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    if args.name:
+        _emit(engine.group_usage(args.name, partition=args.partition))
+    else:
+        _emit(engine.group_usages(partition=args.partition))
+    return 0
+
+
+def _app_summary(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    _emit(engine.application_summary(args.application, partition=args.partition))
+    return 0
+
+
+def _namespace_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    queue = engine.apply_namespace(_read_source(args.file), partition=args.partition)
+    _say(args, {"queue": queue}, "namespace placed on {queue}")
+    return 0
+
+
+def _read_source(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise InvalidRequest(f"cannot read {path}: {error.strerror}", field="file") from error
+
+
 # -- parsing and printing ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -268,6 +339,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true", help="repair counters that disagree")
     p.add_argument("--partition", default=None)
     p.set_defaults(handler=_audit)
+
+    config = sub.add_parser("config", help="queue configuration (YuniKorn format)").add_subparsers(
+        title="config commands", metavar="ACTION"
+    )
+    p = config.add_parser("apply", parents=[common], help="apply FILE (YAML or JSON; - for stdin)")
+    p.add_argument("file")
+    p.set_defaults(handler=_config_apply)
+    p = config.add_parser("validate", parents=[common], help="list every problem of FILE; exit 1 if any")
+    p.add_argument("file")
+    p.set_defaults(handler=_config_validate)
+    config.add_parser("show", parents=[common], help="print the configuration in force").set_defaults(
+        handler=_config_show
+    )
+    p = sub.add_parser("users", parents=[common, part], help="user usage trees (YuniKorn's REST shape)")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(handler=_users)
+    p = sub.add_parser("groups", parents=[common, part], help="group usage trees (YuniKorn's REST shape)")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(handler=_groups)
+    p = sub.add_parser("app-summary", parents=[common, part], help="usage summary of a finished application")
+    p.add_argument("application")
+    p.set_defaults(handler=_app_summary)
+    namespace = sub.add_parser("namespace", help="Kubernetes namespaces on queues").add_subparsers(
+        title="namespace commands", metavar="ACTION"
+    )
+    p = namespace.add_parser("apply", parents=[common, part], help="place a Namespace manifest FILE")
+    p.add_argument("file")
+    p.set_defaults(handler=_namespace_apply)
     return parser
 
 

@@ -148,3 +148,40 @@ def test_unmigrated_database_says_to_run_db_upgrade(tmp_path: Path) -> None:
     result = cli("reserve", "root.a", "fpga=1", db=f"sqlite:///{tmp_path / 'new.db'}")
     assert result.returncode == 1
     assert "quota-ledger db upgrade" in result.stderr
+
+
+QUEUES_YAML = """
+partitions:
+  - name: default
+    queues:
+      - name: root
+        queues:
+          - name: dev
+            resources: {max: {vcore: 4}}
+            limits:
+              - {users: ["*"], maxresources: {vcore: 1}}
+"""
+
+
+def test_config_apply_validate_show_and_user_usage(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    config = tmp_path / "queues.yaml"
+    config.write_text(QUEUES_YAML)
+    assert "configuration is valid" in ok(cli("config", "validate", str(config), db=db))
+    assert "version 1" in ok(cli("config", "apply", str(config), db=db))
+    assert "name: dev" in ok(cli("config", "show", db=db))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(QUEUES_YAML.replace("name: dev", "name: dev.x"))
+    invalid = cli("config", "validate", str(bad), db=db)
+    assert invalid.returncode == 1
+    assert "root.dev.x" in invalid.stdout or "dev.x" in invalid.stdout
+    refused = cli("config", "apply", str(bad), "--json", db=db)
+    assert refused.returncode == 1
+    assert json.loads(refused.stderr)["problems"]
+    ok(cli("reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", db=db))
+    over = cli("reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", db=db)
+    assert over.returncode == EXIT_OVER_QUOTA
+    report = json.loads(ok(cli("users", "sue", db=db)))
+    assert report["queues"]["children"][0]["maxResources"] == {"vcore": 1000}
+    assert [u["userName"] for u in json.loads(ok(cli("users", db=db)))] == ["sue"]
