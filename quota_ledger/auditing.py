@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from quota_ledger import audit, identity
-from quota_ledger.config.rules import APPLICATIONS
 from quota_ledger.driver.statements import LedgerTx
 from quota_ledger.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.tracking import AppState
 from quota_ledger.values import Drift
 

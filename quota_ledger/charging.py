@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from quota_ledger import tracking
-from quota_ledger.config.rules import APPLICATIONS, GROUP, USER, PartitionRules
+from quota_ledger.config.rules import GROUP, USER, PartitionRules
 from quota_ledger.driver.statements import LedgerTx, MissingCounters
 from quota_ledger.errors import InvalidRequest
 from quota_ledger.identity import Key
 from quota_ledger.limits import Counter
+from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.queues import lineage
 from quota_ledger.tracking import AppState
 from quota_ledger.values import Reservation

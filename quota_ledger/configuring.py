@@ -15,11 +15,12 @@ from typing import Any
 
 from quota_ledger import identity, queues
 from quota_ledger.config import model
-from quota_ledger.config.rules import APPLICATIONS, PartitionRules, Rules, compile_config
+from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.statements import LedgerTx
 from quota_ledger.errors import ConfigError
 from quota_ledger.limits import QUEUE, SUBTREE
+from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.values import ConfigProblem
 
 Document = dict[str, Any]

@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from quota_ledger import auditing, charging, configuring, identity, namespaces, queues, reports, tracking
+from quota_ledger import (
+    arguments,
+    auditing,
+    charging,
+    configuring,
+    identity,
+    namespaces,
+    queues,
+    reports,
+    resolving,
+    tracking,
+)
 from quota_ledger import limits as limit_rules
-from quota_ledger.config.rules import APPLICATIONS, GROUP, USER, PartitionRules, Rules
+from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.statements import LedgerTx, MissingCounters, StoredReservation
 from quota_ledger.errors import (
     ApplicationNotFound,
     GroupNotFound,
-    IdempotencyConflict,
-    InvalidCommit,
     InvalidRequest,
     OverQuota,
     ReservationNotFound,
@@ -33,17 +37,13 @@ from quota_ledger.errors import (
     UserNotFound,
 )
 from quota_ledger.limits import QUEUE, SUBTREE, Counter
-from quota_ledger.quantity import parse_limits, parse_resources
+from quota_ledger.quantity import APPLICATIONS, parse_limits, parse_resources
 from quota_ledger.tracking import AppState
 from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage
-
-log = logging.getLogger("quota_ledger")
-summary_log = logging.getLogger("quota_ledger.summary")
 
 T = TypeVar("T")
 DEFAULT_PARTITION = "default"
 DEFAULT_TTL = 300.0
-MAX_TTL = 7 * 24 * 3600.0
 
 
 class QuotaEngine:
@@ -55,7 +55,7 @@ class QuotaEngine:
 
     def __init__(self, driver: DbQuotaDriver, *, default_ttl: float = DEFAULT_TTL) -> None:
         self.driver = driver
-        self.default_ttl = _ttl_seconds(default_ttl)
+        self.default_ttl = arguments.ttl_seconds(default_ttl)
         self._compiled: Rules | None = None
         driver.identity_creator = self._create_identity_counters
 
@@ -110,12 +110,12 @@ class QuotaEngine:
         all of them and changes nothing. Reservations keep flowing and see either the old or
         the new limits. Returns the new version.
         """
-        source = _read_path(source)
+        source = arguments.read_path(source)
         return self.driver.run(lambda tx: configuring.apply(tx, configuring.replace_with(source)))
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
-        return configuring.check(_read_path(source))[1]
+        return configuring.check(arguments.read_path(source))[1]
 
     def apply_namespace(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> str:
         """Place a Kubernetes Namespace (dict or YAML, as Kubernetes serves it) on its queue.
@@ -139,7 +139,7 @@ class QuotaEngine:
     def namespace_queue(self, namespace: str, *, partition: str = DEFAULT_PARTITION) -> str:
         """The queue a namespace's reservations go to (``root.<namespace>`` if never placed)."""
         queues.validate_partition(partition)
-        name = _optional_name(namespace, "namespace")
+        name = arguments.optional_name(namespace, "namespace")
         found = self.driver.run(lambda tx: tx.namespace_queue(partition, name))
         return found if found is not None else f"root.{name}"
 
@@ -183,22 +183,22 @@ class QuotaEngine:
         queues.validate_partition(partition)
         queues.validate_queue(queue)
         amounts = parse_resources(resources)
-        group_list = tuple(_name_list(groups, "groups"))
+        group_list = tuple(arguments.name_list(groups, "groups"))
         identity = {
-            "user": _optional_name(user, "user"),
-            "application": _optional_name(application, "application"),
-            "priority_class": _optional_name(priority_class, "priority_class"),
+            "user": arguments.optional_name(user, "user"),
+            "application": arguments.optional_name(application, "application"),
+            "priority_class": arguments.optional_name(priority_class, "priority_class"),
         }
-        key = _optional_name(key, "key")
-        ttl_seconds = self.default_ttl if ttl is None else _ttl_seconds(ttl)
+        key = arguments.optional_name(key, "key")
+        ttl_seconds = self.default_ttl if ttl is None else arguments.ttl_seconds(ttl)
         positive = {res: amount for res, amount in amounts.items() if amount > 0}
-        request_hash = _request_hash(partition, queue, positive, group_list, identity)
+        request_hash = arguments.request_hash(partition, queue, positive, group_list, identity)
         reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
 
         def work(tx: LedgerTx) -> Reservation:
             if key is not None and (found := tx.find_reservation_by_key(partition, key)):
-                return _same_request(found, partition, key, request_hash)
+                return arguments.same_request(found, partition, key, request_hash)
             if tx.attempt and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
@@ -257,8 +257,8 @@ class QuotaEngine:
                 raise OverQuota(broken)
             limit_rules.check_overflow(positive, [*own.values(), *limits, *scoped])
             shared = [*own.values(), *limits]
-            tx.apply_counter_deltas({c.id: _reserve_delta(c, requested) for c in shared}, now)
-            tx.apply_identity_deltas({c.id: _reserve_delta(c, requested) for c in scoped}, now)
+            tx.apply_counter_deltas({c.id: resolving.reserve_delta(c, requested) for c in shared}, now)
+            tx.apply_identity_deltas({c.id: resolving.reserve_delta(c, requested) for c in scoped}, now)
             return reservation
 
         return self.driver.run(work)
@@ -289,9 +289,10 @@ class QuotaEngine:
             if current.state is not ReservationState.PENDING:
                 raise ReservationStateError(current.id, current.state, "commit")
             if now.replace(tzinfo=UTC) >= current.expires_at:
-                return self._resolve(tx, current, ReservationState.EXPIRED, {}, now, ""), True
-            committed = _commit_amounts(current, partial)
-            return self._resolve(tx, current, ReservationState.COMMITTED, committed, now, operation_id), False
+                return resolving.resolve(tx, current, ReservationState.EXPIRED, {}, now, ""), True
+            committed = arguments.commit_amounts(current, partial)
+            done = resolving.resolve(tx, current, ReservationState.COMMITTED, committed, now, operation_id)
+            return done, False
 
         result, expired = self.driver.run(work)
         if expired:
@@ -309,7 +310,7 @@ class QuotaEngine:
                 raise ReservationStateError(current.id, current.state, "roll back")
             if current.state is not ReservationState.PENDING:
                 return current
-            return self._resolve(tx, current, ReservationState.ROLLED_BACK, {}, now, "")
+            return resolving.resolve(tx, current, ReservationState.ROLLED_BACK, {}, now, "")
 
         return self.driver.run(work)
 
@@ -332,12 +333,12 @@ class QuotaEngine:
         queues.validate_partition(partition)
         queues.validate_queue(queue)
         amounts = {res: amount for res, amount in parse_resources(resources).items() if amount > 0}
-        _optional_name(user, "user")
-        _optional_name(application, "application")
-        _name_list(groups, "groups")
+        arguments.optional_name(user, "user")
+        arguments.optional_name(application, "application")
+        arguments.name_list(groups, "groups")
         operation_id = str(uuid.uuid4())
-        user = _optional_name(user, "user")
-        application = _optional_name(application, "application")
+        user = arguments.optional_name(user, "user")
+        application = arguments.optional_name(application, "application")
 
         def work(tx: LedgerTx) -> None:
             if tx.attempt and tx.operation_recorded(operation_id):
@@ -355,7 +356,7 @@ class QuotaEngine:
                 if app is not None:
                     tracking.release(app, amounts, now)
                     if finished:
-                        stopped = _stop(tx, app, now, "Completed")
+                        stopped = resolving.stop(tx, app, now, "Completed")
                     tx.update_app(app)
             own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
             short = {
@@ -401,53 +402,13 @@ class QuotaEngine:
         for partition in self.driver.partitions():
             while max_batches is None or batches < max_batches:
                 done = self.driver.run(
-                    partial(self._expire_batch, partition=partition, batch_size=batch_size)
+                    partial(resolving.expire_batch, partition=partition, batch_size=batch_size)
                 )
                 batches += 1
                 total += done
                 if done < batch_size:
                     break
         return total
-
-    def _expire_batch(self, tx: LedgerTx, partition: str, batch_size: int) -> int:
-        now = tx.db_now()
-        stored = tx.lock_expired(partition, batch_size, now)
-        if not stored:
-            return 0
-        expiring = [s.reservation for s in stored]
-        keys = {charging.key_of(r) for r in expiring if charging.tracked(r.user, r.application)}
-        apps = tx.lock_apps(partition, keys)
-        for reservation in expiring:
-            if (app := apps.get(charging.key_of(reservation))) is not None:
-                tracking.resolve(app, reservation.resources, {}, now)
-        stopping = [a for a in apps.values() if tracking.idle(a) and _stop(tx, a, now, "Expired")]
-        for app in apps.values():
-            tx.update_app(app)
-        pairs = {(r.queue, res) for r in expiring for res in r.resources}
-        resources = {res for _, res in pairs} | ({APPLICATIONS} if stopping else set())
-        own = tx.lock_queue_counters(partition, pairs, create_missing=False)
-        scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
-        limits = _by_key(tx.lock_subtree_counters(partition, scopes, resources))
-        scoped = charging.lock_of(tx, apps.values(), resources)
-        deltas: dict[int, tuple[int, int]] = {}
-        identity_deltas: dict[int, tuple[int, int]] = {}
-        for reservation in expiring:
-            for counter in _counters_of(reservation, own, limits):
-                charging.add_delta(deltas, counter, 0, -reservation.resources[counter.resource])
-            if (app := apps.get(charging.key_of(reservation))) is not None:
-                for named in charging.charges(app, scoped):
-                    if (amount := reservation.resources.get(named.resource)) is not None:
-                        charging.add_delta(identity_deltas, named, 0, -amount)
-        for app in stopping:
-            for scope in queues.lineage(app.queue):
-                if (count := limits.get((scope, APPLICATIONS))) is not None:
-                    charging.add_delta(deltas, count, -1, 0)
-            for named in charging.charges(app, scoped):
-                if named.resource == APPLICATIONS:
-                    charging.add_delta(identity_deltas, named, -1, 0)
-        tx.apply_counter_deltas(deltas, now)
-        tx.apply_identity_deltas(identity_deltas, now)
-        return tx.expire_reservations([r.id for r in expiring], now)
 
     # -- reading -----------------------------------------------------------------------------
     def usage(self, queue: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Usage]:
@@ -474,7 +435,7 @@ class QuotaEngine:
     # -- users, groups and applications -----------------------------------------------------
     def user_usage(self, user: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """The user's usage tree in YuniKorn's ``UserResourceUsageDAOInfo`` shape."""
-        name = _optional_name(user, "user")
+        name = arguments.optional_name(user, "user")
         report = self._report(
             partition, lambda rules, apps: reports.user_report(rules, name, apps), "user", name
         )
@@ -484,7 +445,7 @@ class QuotaEngine:
 
     def group_usage(self, group: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """The group's usage tree in YuniKorn's ``GroupResourceUsageDAOInfo`` shape."""
-        name = _optional_name(group, "group")
+        name = arguments.optional_name(group, "group")
         report = self._report(
             partition, lambda rules, apps: reports.group_report(rules, name, apps), "group", name
         )
@@ -515,7 +476,7 @@ class QuotaEngine:
         as ``QUOTA_APP_SUMMARY: {...}``): resource x seconds, with submission, start and finish
         times in epoch milliseconds, user and queue."""
         queues.validate_partition(partition)
-        name = _optional_name(application, "application")
+        name = arguments.optional_name(application, "application")
         found = self.driver.run(lambda tx: tx.latest_summary(partition, name))
         if found is None:
             raise ApplicationNotFound(name)
@@ -565,68 +526,6 @@ class QuotaEngine:
             raise ReservationNotFound(reservation_id)
         return found
 
-    @staticmethod
-    def _resolve(
-        tx: LedgerTx,
-        reservation: Reservation,
-        state: ReservationState,
-        committed: Mapping[str, int],
-        now: datetime,
-        operation_id: str,
-    ) -> Reservation:
-        """Move a locked pending reservation to ``state`` and adjust its counters.
-
-        The reservation's own rows (already locked) and the journal (new rows) are written
-        first; the shared counters are locked last, so they are held for the shortest time.
-        An application whose last reservation goes away with nothing in use stops running.
-        """
-        if not tx.resolve_reservation(reservation.id, state, now):
-            raise ReservationStateError(reservation.id, reservation.state, state.value)
-        if state is ReservationState.COMMITTED:
-            tx.record_commits(reservation.id, committed, whole=committed == reservation.resources)
-            tx.append_journal(
-                reservation.partition,
-                reservation.queue,
-                committed,
-                kind="commit",
-                operation_id=operation_id,
-                reservation_id=reservation.id,
-                now=now,
-            )
-        app = None
-        stopped = False
-        if charging.tracked(reservation.user, reservation.application):
-            app = tx.lock_apps(reservation.partition, [charging.key_of(reservation)]).get(
-                charging.key_of(reservation)
-            )
-        if app is not None:
-            tracking.resolve(app, reservation.resources, committed, now)
-            if state is not ReservationState.COMMITTED and tracking.idle(app):
-                how = "Expired" if state is ReservationState.EXPIRED else "RolledBack"
-                stopped = _stop(tx, app, now, how)
-            tx.update_app(app)
-        resources = [*reservation.resources, *([APPLICATIONS] if stopped else [])]
-        pairs = [(reservation.queue, res) for res in reservation.resources]
-        own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
-        limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
-        counters = _counters_of(reservation, own, _by_key(limits), stopped=stopped)
-        scoped = charging.charges(app, charging.lock_of(tx, [app], resources)) if app is not None else []
-        limit_rules.check_overflow(committed, [*counters, *scoped], field="in_use")
-
-        def delta(c: Counter) -> tuple[int, int]:
-            if c.resource == APPLICATIONS:
-                return -1, 0
-            return committed.get(c.resource, 0), -reservation.resources[c.resource]
-
-        tx.apply_counter_deltas({c.id: delta(c) for c in counters}, now)
-        tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
-        return replace(
-            reservation,
-            state=state,
-            committed=dict(committed) if state is ReservationState.COMMITTED else None,
-            resolved_at=now.replace(tzinfo=UTC),
-        )
-
     # -- user/group counters -------------------------------------------------------------------
     def _rules(self, tx: LedgerTx) -> Rules:
         """The compiled configuration in force, read under the caller's partition lock."""
@@ -661,116 +560,3 @@ class QuotaEngine:
         tx.insert_identity_counters(partition, rows, now)
 
 
-def _stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
-    """Finish a running application; True when it counted as running (a named one)."""
-    summary = tracking.finish(app, now, how)
-    if summary is None:
-        return False
-    tx.insert_summary(app.partition, summary, now)
-    line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
-    tx.after_commit.append(lambda: summary_log.info("QUOTA_APP_SUMMARY: %s", line))
-    return True
-
-
-def _reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, int]:
-    """A running-application count is in use at once; resources are reserved."""
-    if counter.resource == APPLICATIONS:
-        return requested[APPLICATIONS], 0
-    return 0, requested[counter.resource]
-
-
-def _by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
-    return {(c.scope, c.resource): c for c in counters}
-
-
-def _counters_of(
-    reservation: Reservation,
-    own: Mapping[tuple[str, str], Counter],
-    limits: Mapping[tuple[str, str], Counter],
-    *,
-    stopped: bool = False,
-) -> list[Counter]:
-    """The locked counters a reservation is charged to: its queue's and its lineage's limits,
-    and the lineage's application counts when its application stops running."""
-    chain = queues.lineage(reservation.queue)
-    found = []
-    for resource in reservation.resources:
-        if (mine := own.get((reservation.queue, resource))) is not None:
-            found.append(mine)
-        found += [c for scope in chain if (c := limits.get((scope, resource))) is not None]
-    if stopped:
-        found += [c for scope in chain if (c := limits.get((scope, APPLICATIONS))) is not None]
-    return found
-
-
-def _commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:
-    if partial is None:
-        return dict(reservation.resources)
-    extra = sorted(set(partial) - set(reservation.resources))
-    if any(partial[res] > 0 for res in extra):
-        raise InvalidCommit(f"resources not reserved: {', '.join(extra)}", field=extra[0])
-    too_much = [res for res in reservation.resources if partial.get(res, 0) > reservation.resources[res]]
-    if too_much:
-        detail = ", ".join(
-            f"{res}: reserved {reservation.resources[res]}, commit {partial[res]}" for res in too_much
-        )
-        raise InvalidCommit(f"cannot commit more than was reserved: {detail}", field=too_much[0])
-    return {res: partial.get(res, 0) for res in reservation.resources}
-
-
-def _same_request(found: StoredReservation, partition: str, key: str, request_hash: str) -> Reservation:
-    if found.request_hash != request_hash:
-        raise IdempotencyConflict(partition, key, found.reservation.id)
-    return found.reservation
-
-
-def _request_hash(
-    partition: str,
-    queue: str,
-    amounts: Mapping[str, int],
-    groups: tuple[str, ...],
-    identity: Mapping[str, Any],
-) -> str:
-    # ttl is left out on purpose: a retry that recomputes its deadline is the same request.
-    canonical = json.dumps(
-        {"p": partition, "q": queue, "r": amounts, "g": sorted(groups), **identity},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _ttl_seconds(ttl: object) -> float:
-    if isinstance(ttl, timedelta):
-        seconds = ttl.total_seconds()
-    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-        seconds = float(ttl)
-    else:
-        raise InvalidRequest(f"ttl must be seconds or a timedelta, not {ttl!r}", field="ttl")
-    if not 0 < seconds <= MAX_TTL:
-        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
-    return seconds
-
-
-def _optional_name(value: object, field: str) -> Any:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
-        raise InvalidRequest(f"{field} must be a printable string of 1-255 characters", field=field)
-    return value
-
-
-def _name_list(values: Iterable[str], field: str) -> list[str]:
-    if isinstance(values, str):
-        raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
-    return [_optional_name(v, field) for v in values]
-
-
-def _read_path(source: Any) -> Any:
-    """A path names a file to read; text, bytes and dicts are configurations themselves."""
-    if isinstance(source, Path):
-        try:
-            return source.read_text()
-        except OSError as error:
-            raise InvalidRequest(f"cannot read {source}: {error.strerror}", field="config") from error
-    return source

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from quota_ledger.config.rules import APPLICATIONS, GROUP, USER, WILDCARD, PartitionRules
+from quota_ledger.config.rules import GROUP, USER, WILDCARD, PartitionRules
+from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.queues import in_subtree
 from quota_ledger.tracking import RUNNING, AppState
 

@@ -22,6 +22,8 @@ from fractions import Fraction
 from quota_ledger.errors import InvalidQuantity, InvalidRequest
 
 MAX_QUANTITY = 2**63 - 1
+#: the counter resource that holds running-application counts (maxapplications)
+APPLICATIONS = "applications"
 MILLI_RESOURCES = frozenset({"vcore", "cpu"})
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -145,6 +147,9 @@ def parse_resources(resources: Mapping[str, object]) -> dict[str, int]:
     if not isinstance(resources, Mapping):
         raise InvalidRequest("resources must be a mapping of resource name to quantity")
     parsed = {validate_resource_name(name): parse_quantity(name, value) for name, value in resources.items()}
+    if APPLICATIONS in parsed:
+        # The ledger counts running applications under this name; nobody may reserve it.
+        raise InvalidQuantity(APPLICATIONS, str(resources[APPLICATIONS]), "reserved resource name")
     return dict(sorted(parsed.items()))
 
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from quota_ledger import queues
 from quota_ledger.config.model import Queue, SchedulerConfig
 from quota_ledger.config.quantity import parse_config_resources
+from quota_ledger.quantity import APPLICATIONS
 
-#: the counter resource that holds a running-application count
-APPLICATIONS = "applications"
 WILDCARD = "*"
 USER = "user"
 GROUP = "group"

@@ -11,6 +11,7 @@ import pytest
 from quota_ledger import (
     ApplicationNotFound,
     ConfigError,
+    InvalidQuantity,
     InvalidRequest,
     OverQuota,
     QuotaEngine,
@@ -459,3 +460,12 @@ metadata:
                 },
             )
         )
+
+
+def test_applications_is_not_a_resource_anyone_may_reserve(ledger: QuotaEngine) -> None:
+    with pytest.raises(InvalidQuantity) as refused:
+        ledger.reserve("root.a", {"applications": 1}, application="x")
+    assert refused.value.resource == "applications"
+    with pytest.raises(InvalidRequest):
+        ledger.set_limits("root.a", {"applications": 1})
+    assert ledger.user_usages() == []

@@ -1,0 +1,89 @@
+"""Checking and fingerprinting what a caller asks for: pure, before any transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from quota_ledger.driver.statements import StoredReservation
+from quota_ledger.errors import IdempotencyConflict, InvalidCommit, InvalidRequest
+from quota_ledger.values import Reservation
+
+MAX_TTL = 7 * 24 * 3600.0
+
+
+def commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:
+    if partial is None:
+        return dict(reservation.resources)
+    extra = sorted(set(partial) - set(reservation.resources))
+    if any(partial[res] > 0 for res in extra):
+        raise InvalidCommit(f"resources not reserved: {', '.join(extra)}", field=extra[0])
+    too_much = [res for res in reservation.resources if partial.get(res, 0) > reservation.resources[res]]
+    if too_much:
+        detail = ", ".join(
+            f"{res}: reserved {reservation.resources[res]}, commit {partial[res]}" for res in too_much
+        )
+        raise InvalidCommit(f"cannot commit more than was reserved: {detail}", field=too_much[0])
+    return {res: partial.get(res, 0) for res in reservation.resources}
+
+
+def same_request(found: StoredReservation, partition: str, key: str, request_hash: str) -> Reservation:
+    if found.request_hash != request_hash:
+        raise IdempotencyConflict(partition, key, found.reservation.id)
+    return found.reservation
+
+
+def request_hash(
+    partition: str,
+    queue: str,
+    amounts: Mapping[str, int],
+    groups: tuple[str, ...],
+    identity: Mapping[str, Any],
+) -> str:
+    # ttl is left out on purpose: a retry that recomputes its deadline is the same request.
+    canonical = json.dumps(
+        {"p": partition, "q": queue, "r": amounts, "g": sorted(groups), **identity},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def ttl_seconds(ttl: object) -> float:
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise InvalidRequest(f"ttl must be seconds or a timedelta, not {ttl!r}", field="ttl")
+    if not 0 < seconds <= MAX_TTL:
+        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
+    return seconds
+
+
+def optional_name(value: object, field: str) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+        raise InvalidRequest(f"{field} must be a printable string of 1-255 characters", field=field)
+    return value
+
+
+def name_list(values: Iterable[str], field: str) -> list[str]:
+    if isinstance(values, str):
+        raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
+    return [optional_name(v, field) for v in values]
+
+
+def read_path(source: Any) -> Any:
+    """A path names a file to read; text, bytes and dicts are configurations themselves."""
+    if isinstance(source, Path):
+        try:
+            return source.read_text()
+        except OSError as error:
+            raise InvalidRequest(f"cannot read {source}: {error.strerror}", field="config") from error
+    return source
