@@ -149,3 +149,41 @@ class ApplicationNotFound(NotFound):
     def __init__(self, application: str) -> None:
         self.application = application
         super().__init__(f"application {application!r} has no summary")
+
+
+class InvalidResourceQuota(InvalidRequest):
+    """The ResourceQuota (or admission configuration) is invalid; nothing was changed."""
+
+    def __init__(self, errors: Sequence[tuple[str, str]]) -> None:
+        #: (field path, message) for every problem, as the API server reports them
+        self.errors = list(errors)
+        text = "; ".join(f"{f}: {m}" for f, m in self.errors)
+        super().__init__(f"invalid ResourceQuota: {text}", field=self.errors[0][0])
+
+
+class MissingCoveringQuota(QuotaLedgerError):
+    """The admission configuration demands a covering quota this namespace does not have."""
+
+    def __init__(self, namespace: str, resources: Sequence[str], scopes: Sequence[str]) -> None:
+        self.namespace = namespace
+        #: limited resource names no quota covers
+        self.resources = list(resources)
+        #: limited scopes no quota covers, as Kubernetes prints them: ``{PriorityClass In [a]}``
+        self.scopes = list(scopes)
+        parts = []
+        if self.resources:
+            parts.append(f"insufficient quota to consume: {','.join(self.resources)}")
+        if self.scopes:
+            parts.append(f"insufficient quota to match these scopes: [{' '.join(self.scopes)}]")
+        super().__init__(f"namespace {namespace}: " + "; ".join(parts))
+
+
+class PodMissingResources(QuotaLedgerError):
+    """A matching quota tracks a value some containers do not set."""
+
+    def __init__(self, quota: str, missing: dict[str, list[str]]) -> None:
+        self.quota = quota
+        #: quota resource name -> containers that do not specify it
+        self.missing = dict(missing)
+        parts = "; ".join(f"must specify {res} for: {','.join(names)}" for res, names in self.missing.items())
+        super().__init__(f"failed quota: {quota}: {parts}")
