@@ -87,3 +87,9 @@ def read_path(source: Any) -> Any:
         except OSError as error:
             raise InvalidRequest(f"cannot read {source}: {error.strerror}", field="config") from error
     return source
+
+
+def flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{field} must be True or False", field=field)
+    return value

@@ -7,30 +7,43 @@ application rows (:mod:`quota_ledger.identity`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
-from quota_ledger import audit, identity
+from quota_ledger import audit, identity, quota_charging
+from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.statements import LedgerTx
 from quota_ledger.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.quantity import APPLICATIONS
+from quota_ledger.quota_charging import QUOTA
 from quota_ledger.tracking import AppState
 from quota_ledger.values import Drift
 
+RulesOf = Callable[[LedgerTx], PartitionRules]
 
-def read_drift(tx: LedgerTx, partition: str) -> list[Drift]:
-    return find(
+
+def read_drift(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
+    rules = rules_of(tx)
+    quotas = tx.identity_counters(partition, lock=False, kinds=[QUOTA])
+    live = tx.live_reservations(partition, quota_charging.queues_to_lock(rules, quotas), lock=False)
+    drifts = find(
         tx,
         partition,
         tx.all_counters(partition),
         tx.identity_counters(partition, lock=False),
         tx.read_apps(partition),
     )
+    return drifts + _quota_drift(partition, rules, quotas, live)
 
 
-def fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
-    """Repair a partition under its exclusive lock (canonical order: apps, then counters)."""
+def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
+    """Repair a partition under its exclusive lock (canonical order: live reservations, apps,
+    then counters)."""
     now = tx.lock_partition(partition, exclusive=True)
+    rules = rules_of(tx)
+    old_quotas = tx.identity_counters(partition, lock=False, kinds=[QUOTA])
+    live = tx.live_reservations(partition, quota_charging.queues_to_lock(rules, old_quotas), lock=True)
     apps = tx.lock_all_apps(partition)
     own = tx.lock_all_counters(partition, QUEUE)
     limits = tx.lock_all_counters(partition, SUBTREE)
@@ -54,7 +67,33 @@ def fix_partition(tx: LedgerTx, partition: str) -> list[Drift]:
         {c.id: (d.expected_in_use, d.expected_reserved, c.limit or 0) for c in named if (d := wanted(c))},
         now,
     )
-    return [replace(d, fixed=True) for d in drifts]
+    quotas = tx.identity_counters(partition, lock=True, kinds=[QUOTA])
+    quota_drifts = _quota_drift(partition, rules, quotas, live)
+    by_quota = {(d.name, d.scope, d.resource): d for d in quota_drifts}
+    tx.set_identity_counters(
+        {
+            c.id: (d.expected_in_use, d.expected_reserved, c.limit or 0)
+            for c in quotas
+            if (d := by_quota.get((c.name, c.scope, c.resource))) is not None
+        },
+        now,
+    )
+    return [replace(d, fixed=True) for d in [*drifts, *quota_drifts]]
+
+
+def _quota_drift(
+    partition: str,
+    rules: PartitionRules,
+    counters: Iterable[Counter],
+    live: Iterable[tuple[str, str, dict[str, Any] | None]],
+) -> list[Drift]:
+    """ResourceQuota counters against the live reservations their quotas match."""
+    wanted = quota_charging.desired(rules, live)
+    drifts = []
+    for counter in counters:
+        used, _ = wanted.get((counter.name or "", counter.scope, counter.resource), (0, 0))
+        drifts += _differs(partition, counter, (used, 0))
+    return drifts
 
 
 def find(

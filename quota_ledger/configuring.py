@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from quota_ledger import identity, queues
+from quota_ledger import identity, queues, quota_charging
 from quota_ledger.config import model
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
@@ -26,6 +26,7 @@ from quota_ledger.values import ConfigProblem
 Document = dict[str, Any]
 Capacity = dict[str, dict[str, int]]
 Edit = Callable[[Document, Capacity], tuple[Any, Capacity]]
+KubeEdit = Callable[[dict[str, Any]], None]
 
 
 def check(source: Any) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
@@ -37,29 +38,47 @@ def check(source: Any) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
     return model.normalize(config), validate(config)
 
 
-def compile_stored(version: int, document: Mapping[str, Any], capacity: Mapping[str, Any]) -> Rules:
+def compile_stored(
+    version: int, document: Mapping[str, Any], capacity: Mapping[str, Any], kube: Mapping[str, Any]
+) -> Rules:
     """Compile a stored (already validated) version."""
-    return compile_config(model.normalize(model.load(dict(document))), capacity, version)
+    return compile_config(model.normalize(model.load(dict(document))), capacity, version, kube)
 
 
-def apply(tx: LedgerTx, edit: Edit) -> int:
-    """Apply ``edit(current document, current capacity)`` as the next version; returns it."""
+def apply(tx: LedgerTx, edit: Edit | None = None, *, kube_edit: KubeEdit | None = None) -> int:
+    """Apply ``edit(current document, current capacity)`` and ``kube_edit(Kubernetes objects)``
+    as the next version; returns it."""
     version = tx.lock_config_head()
-    document, capacity = tx.load_config(version)
-    source, new_capacity = edit(copy.deepcopy(document), copy.deepcopy(capacity))
+    document, capacity, kube = tx.load_config(version)
+    source, new_capacity = (edit or _unchanged)(copy.deepcopy(document), copy.deepcopy(capacity))
     config, problems = check(source)
     if problems:
         raise ConfigError(problems)
-    rules = compile_config(config, new_capacity, version + 1)
+    kube = copy.deepcopy(kube)
+    if kube_edit is not None:
+        kube_edit(kube)
+    for partition, objects in kube.items():
+        for key, entry in objects.get("quotas", {}).items():
+            namespace = key.split("/", 1)[0]
+            entry["queue"] = tx.namespace_queue(partition, namespace) or f"root.{namespace}"
+    rules = compile_config(config, new_capacity, version + 1, kube)
     names = sorted(set(tx.partition_names()) | set(rules.partitions))
     now = tx.db_now()
     for name in names:
         tx.create_missing(name, [], now)  # a row to lock on MariaDB and SQLite; the sweeper's list
         tx.lock_partition(name, exclusive=True)
     for name in names:
-        reconcile(tx, rules.partition(name), now)
-    tx.store_config(version + 1, model.dump(config), new_capacity, now)
+        partition_rules = rules.partition(name)
+        old = tx.identity_counters(name, lock=False, kinds=[quota_charging.QUOTA])
+        live = tx.live_reservations(name, quota_charging.queues_to_lock(partition_rules, old), lock=True)
+        reconcile(tx, partition_rules, now)
+        quota_charging.reconcile(tx, partition_rules, live, now)
+    tx.store_config(version + 1, model.dump(config), new_capacity, kube, now)
     return version + 1
+
+
+def _unchanged(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
+    return document, capacity
 
 
 def reconcile(tx: LedgerTx, rules: PartitionRules, now: datetime) -> None:

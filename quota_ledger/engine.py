@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from quota_ledger import (
     identity,
     namespaces,
     queues,
+    quota_charging,
     reports,
     resolving,
     tracking,
@@ -33,10 +35,13 @@ from quota_ledger.errors import (
     OverQuota,
     ReservationNotFound,
     ReservationStateError,
-    UsageUnderflow,
+    ResourceQuotaNotFound,
     UserNotFound,
 )
-from quota_ledger.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.kube import admission as kube_admission
+from quota_ledger.kube import pods
+from quota_ledger.kube import quotas as kube_quotas
+from quota_ledger.limits import QUEUE, SUBTREE
 from quota_ledger.quantity import APPLICATIONS, parse_limits, parse_resources
 from quota_ledger.tracking import AppState
 from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage
@@ -174,27 +179,111 @@ class QuotaEngine:
         priority_class: str | None = None,
         ttl: float | timedelta | None = None,
         key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
     ) -> Reservation:
         """Reserve ``resources`` in ``queue`` if every limit on the way to root allows it.
 
         Raises :class:`OverQuota` listing every limit that would be broken. With ``key``, a
         repeated call returns the original reservation (in whatever state it is now).
+        ``priority_class``, ``terminating``, ``best_effort`` (default: no vcore/cpu or memory
+        requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
+        ResourceQuotas in the queue's namespace match on.
         """
         queues.validate_partition(partition)
         queues.validate_queue(queue)
         amounts = parse_resources(resources)
+        positive = {res: amount for res, amount in amounts.items() if amount > 0}
+        usage, derived = pods.usage_of_resources(positive)
+        for flag, name in (
+            (terminating, "terminating"),
+            (cross_namespace_affinity, "cross_namespace_affinity"),
+        ):
+            if not isinstance(flag, bool):
+                raise InvalidRequest(f"{name} must be True or False", field=name)
+        if best_effort is not None and not isinstance(best_effort, bool):
+            raise InvalidRequest("best_effort must be True, False or None", field="best_effort")
+        scopes = pods.PodScopes(
+            priority_class=arguments.optional_name(priority_class, "priority_class"),
+            terminating=terminating,
+            best_effort=derived.best_effort if best_effort is None else best_effort,
+            cross_namespace_affinity=cross_namespace_affinity,
+        )
+        return self._reserve(
+            queue,
+            positive,
+            partition=partition,
+            user=user,
+            groups=groups,
+            application=application,
+            ttl=ttl,
+            key=key,
+            kube={"usage": usage, "scopes": scopes.as_dict()},
+            namespace=queue.rsplit(".", 1)[-1],
+        )
+
+    def reserve_pod(
+        self,
+        pod: Any,
+        *,
+        partition: str = DEFAULT_PARTITION,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> Reservation:
+        """Reserve what a v1 Pod (dict or YAML) needs in its namespace's queue.
+
+        Derives the request (containers summed, init containers by the max rule, overhead added;
+        cpu in ``vcore`` milli-cores, memory in bytes, extended resources as counts, ``pods: 1``),
+        the priority class and scope attributes, the user and groups from the annotation
+        ``yunikorn.apache.org/user.info`` and the application from the ``applicationId`` label.
+        ``key`` defaults to the pod's ``metadata.uid``.
+        """
+        queues.validate_partition(partition)
+        request = pods.parse_pod(pod)
+        queue = self.namespace_queue(request.namespace, partition=partition)
+        return self._reserve(
+            queue,
+            request.resources,
+            partition=partition,
+            user=request.user,
+            groups=request.groups,
+            application=request.application,
+            ttl=ttl,
+            key=key if key is not None else request.uid,
+            kube={"usage": request.usage, "scopes": request.scopes.as_dict()},
+            namespace=request.namespace,
+            missing={"requests": request.missing_requests, "limits": request.missing_limits},
+        )
+
+    def _reserve(
+        self,
+        queue: str,
+        positive: dict[str, int],
+        *,
+        partition: str,
+        user: str | None,
+        groups: Iterable[str],
+        application: str | None,
+        ttl: float | timedelta | None,
+        key: str | None,
+        kube: dict[str, Any],
+        namespace: str,
+        missing: Mapping[str, Mapping[str, list[str]]] | None = None,
+    ) -> Reservation:
         group_list = tuple(arguments.name_list(groups, "groups"))
         identity = {
             "user": arguments.optional_name(user, "user"),
             "application": arguments.optional_name(application, "application"),
-            "priority_class": arguments.optional_name(priority_class, "priority_class"),
+            "priority_class": kube["scopes"]["priorityClass"],
         }
         key = arguments.optional_name(key, "key")
         ttl_seconds = self.default_ttl if ttl is None else arguments.ttl_seconds(ttl)
-        positive = {res: amount for res, amount in amounts.items() if amount > 0}
-        request_hash = arguments.request_hash(partition, queue, positive, group_list, identity)
+        scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
+        request_hash = arguments.request_hash(partition, queue, positive, group_list, {**identity, **scopes})
         reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
+        quota_usage: dict[str, int] = kube["usage"]
 
         def work(tx: LedgerTx) -> Reservation:
             if key is not None and (found := tx.find_reservation_by_key(partition, key)):
@@ -202,6 +291,10 @@ class QuotaEngine:
             if tx.attempt and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
+            rules = self._rules(tx).partition(partition)
+            quotas = []
+            if rules.admission is not None or queue in rules.quotas:
+                quotas = quota_charging.admit(rules, queue, namespace, kube, missing)
             reservation = Reservation(
                 id=reservation_id,
                 state=ReservationState.PENDING,
@@ -218,13 +311,11 @@ class QuotaEngine:
             )
             # Write our own new rows first and lock the shared counters last, so they are held
             # only for check, update and commit. A refusal rolls the inserts back.
-            tx.insert_reservation(reservation, request_hash)
+            tx.insert_reservation(reservation, request_hash, kube)
             if not positive:
                 tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
             app: AppState | None = None
-            rules: PartitionRules | None = None
             if charging.tracked(identity["user"], identity["application"]):
-                rules = self._rules(tx).partition(partition)
                 app = charging.open_app(
                     tx,
                     rules,
@@ -249,16 +340,18 @@ class QuotaEngine:
                     raise OverQuota(broken)
                 raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
             limits = tx.lock_subtree_counters(partition, chain, requested)
-            scoped = []
-            if app is not None and rules is not None:
-                scoped = charging.lock_for_reserve(tx, rules, app, requested)
+            scoped = charging.lock_for_reserve(tx, rules, app, requested) if app is not None else []
+            charged = quota_charging.lock(tx, partition, queue, quotas, quota_usage)
             broken = limit_rules.violations(partition, requested, [*limits, *scoped])
+            broken += quota_charging.violations(partition, quota_usage, charged)
             if broken:
                 raise OverQuota(broken)
             limit_rules.check_overflow(positive, [*own.values(), *limits, *scoped])
+            limit_rules.check_overflow(quota_usage, charged, field="in_use")
             shared = [*own.values(), *limits]
             tx.apply_counter_deltas({c.id: resolving.reserve_delta(c, requested) for c in shared}, now)
             tx.apply_identity_deltas({c.id: resolving.reserve_delta(c, requested) for c in scoped}, now)
+            quota_charging.charge(tx, charged, quota_usage, +1, now)
             return reservation
 
         return self.driver.run(work)
@@ -289,9 +382,10 @@ class QuotaEngine:
             if current.state is not ReservationState.PENDING:
                 raise ReservationStateError(current.id, current.state, "commit")
             if now.replace(tzinfo=UTC) >= current.expires_at:
-                return resolving.resolve(tx, current, ReservationState.EXPIRED, {}, now, ""), True
+                rules = self._rules(tx).partition(current.partition)
+                return resolving.resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", rules), True
             committed = arguments.commit_amounts(current, partial)
-            done = resolving.resolve(tx, current, ReservationState.COMMITTED, committed, now, operation_id)
+            done = resolving.resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id)
             return done, False
 
         result, expired = self.driver.run(work)
@@ -310,7 +404,8 @@ class QuotaEngine:
                 raise ReservationStateError(current.id, current.state, "roll back")
             if current.state is not ReservationState.PENDING:
                 return current
-            return resolving.resolve(tx, current, ReservationState.ROLLED_BACK, {}, now, "")
+            rules = self._rules(tx).partition(current.partition)
+            return resolving.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
 
         return self.driver.run(work)
 
@@ -343,49 +438,132 @@ class QuotaEngine:
         def work(tx: LedgerTx) -> None:
             if tx.attempt and tx.operation_recorded(operation_id):
                 return  # the first attempt committed before the connection dropped
-            now = tx.db_now()
-            app = None
-            stopped = False
-            if charging.tracked(user, application):
-                key = tracking.app_key(application, user, queue)
-                app = tx.lock_apps(partition, [key]).get(key)
-                if app is not None:
-                    charging.check_owner(app, user, queue)
-                if short := tracking.shortfalls(app, amounts):
-                    raise UsageUnderflow(partition, queue, short)
-                if app is not None:
-                    tracking.release(app, amounts, now)
-                    if finished:
-                        stopped = resolving.stop(tx, app, now, "Completed")
-                    tx.update_app(app)
-            own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
-            short = {
-                res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
-                for res, amount in amounts.items()
-                if (queue, res) not in own or own[(queue, res)].in_use < amount
-            }
-            if short:
-                raise UsageUnderflow(partition, queue, short)
-            resources = [*amounts, *([APPLICATIONS] if stopped else [])]
-            limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
-            scoped = charging.charges(app, charging.lock_of(tx, [app], resources)) if app is not None else []
-
-            def delta(c: Counter) -> tuple[int, int]:
-                return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
-
-            tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
-            tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
-            tx.append_journal(
-                partition,
-                queue,
-                {res: -amount for res, amount in amounts.items()},
-                kind="release",
-                operation_id=operation_id,
-                reservation_id=None,
-                now=now,
+            resolving.release_in_use(
+                tx, partition, queue, amounts, user, application, finished, operation_id, tx.db_now()
             )
 
         self.driver.run(work)
+
+    def release_reservation(self, reservation_id: str, *, finished: bool = False) -> Reservation:
+        """Release everything a committed reservation holds (its pod is gone), once.
+
+        Its committed amounts leave the queue, user, group and application counters, and it
+        leaves the ResourceQuotas that count it; ``finished`` ends its application's run. A
+        pending reservation is rolled back instead; releasing again returns it unchanged.
+        """
+        arguments.flag(finished, "finished")
+        operation_id = str(uuid.uuid4())
+
+        def work(tx: LedgerTx) -> Reservation:
+            stored, now = self._lock(tx, reservation_id)
+            current = stored.reservation
+            rules = self._rules(tx).partition(current.partition)
+            if current.state is ReservationState.PENDING:
+                return resolving.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
+            if current.state is not ReservationState.COMMITTED or current.released_at is not None:
+                return current
+            tx.mark_released(current.id, now)
+            amounts = {res: v for res, v in (current.committed or {}).items() if v > 0}
+            resolving.release_in_use(
+                tx,
+                current.partition,
+                current.queue,
+                amounts,
+                current.user,
+                current.application,
+                finished,
+                operation_id,
+                now,
+                reservation_id=current.id,
+            )
+            resolving.leave_quotas(tx, rules, [stored], now)
+            return replace(current, released_at=now.replace(tzinfo=UTC))
+
+        return self.driver.run(work)
+
+    def release_pod(
+        self, pod: Any, *, partition: str = DEFAULT_PARTITION, key: str | None = None, finished: bool = False
+    ) -> Reservation:
+        """Release the reservation :meth:`reserve_pod` made for this Pod (found by ``key``,
+        default its ``metadata.uid``)."""
+        queues.validate_partition(partition)
+        request = pods.parse_pod(pod)
+        lookup = arguments.optional_name(key if key is not None else request.uid, "key")
+        if lookup is None:
+            raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
+        found = self.driver.run(lambda tx: tx.find_reservation_by_key(partition, lookup))
+        if found is None:
+            raise ReservationNotFound(lookup)
+        return self.release_reservation(found.reservation.id, finished=finished)
+
+    # -- Kubernetes ResourceQuota ----------------------------------------------------------
+    def apply_resource_quota(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
+        """Create or replace a v1 ResourceQuota (dict or YAML, as Kubernetes serves it).
+
+        Validated as the API server does (:class:`InvalidResourceQuota` names the field). Its
+        usage is computed at once from the live reservations it matches in the namespace's
+        queue. Returns its status (``hard`` and ``used`` in Kubernetes quantities).
+        """
+        queues.validate_partition(partition)
+        quota = kube_quotas.parse(manifest)
+        stored = kube_quotas.stored_manifest(quota)
+
+        def edit(kube: dict[str, Any]) -> None:
+            entries = kube.setdefault(partition, {}).setdefault("quotas", {})
+            entries[quota.key] = {"queue": "", "manifest": stored}
+
+        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+        return self.resource_quota_status(quota.namespace, quota.name, partition=partition)
+
+    def delete_resource_quota(self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION) -> None:
+        """Delete a ResourceQuota; its counters go with it. Unknown quotas raise
+        :class:`ResourceQuotaNotFound`."""
+        queues.validate_partition(partition)
+        key = f"{arguments.optional_name(namespace, 'namespace')}/{arguments.optional_name(name, 'name')}"
+
+        def edit(kube: dict[str, Any]) -> None:
+            entries = kube.get(partition, {}).get("quotas", {})
+            if key not in entries:
+                raise ResourceQuotaNotFound(key)
+            del entries[key]
+
+        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+
+    def apply_admission_config(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> None:
+        """Set the ResourceQuota admission plugin's configuration (an AdmissionConfiguration
+        or a ResourceQuotaConfiguration with ``limitedResources``); ``None`` removes it."""
+        queues.validate_partition(partition)
+        parsed = None if manifest is None else kube_admission.parse(manifest)
+
+        def edit(kube: dict[str, Any]) -> None:
+            objects = kube.setdefault(partition, {})
+            if parsed is None:
+                objects.pop("admission", None)
+            else:
+                objects["admission"] = kube_quotas.json_safe(parsed.manifest)
+
+        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+
+    def resource_quota_status(
+        self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION
+    ) -> dict[str, Any]:
+        """``{"hard": {...}, "used": {...}}`` in Kubernetes quantities, from the ledger."""
+        queues.validate_partition(partition)
+        key = f"{arguments.optional_name(namespace, 'namespace')}/{arguments.optional_name(name, 'name')}"
+
+        def work(tx: LedgerTx) -> dict[str, Any]:
+            rules = self._rules(tx).partition(partition)
+            quota = rules.quota(key)
+            if quota is None:
+                raise ResourceQuotaNotFound(key)
+            counters = tx.identity_counters(partition, lock=False, kinds=[quota_charging.QUOTA])
+            used = {c.resource: c.in_use for c in counters if c.name == key}
+            return {
+                "hard": {res: kube_quotas.format_value(res, v) for res, v in quota.hard.items()},
+                "used": {res: kube_quotas.format_value(res, used.get(res, 0)) for res in quota.hard},
+            }
+
+        return self.driver.run(work, isolation="REPEATABLE READ")
 
     # -- expiry ------------------------------------------------------------------------------
     def expire(self, *, batch_size: int = 500, max_batches: int | None = None) -> int:
@@ -402,7 +580,12 @@ class QuotaEngine:
         for partition in self.driver.partitions():
             while max_batches is None or batches < max_batches:
                 done = self.driver.run(
-                    partial(resolving.expire_batch, partition=partition, batch_size=batch_size)
+                    partial(
+                        resolving.expire_batch,
+                        partition=partition,
+                        batch_size=batch_size,
+                        rules_of=partial(self._partition_rules, partition=partition),
+                    )
                 )
                 batches += 1
                 total += done
@@ -509,10 +692,16 @@ class QuotaEngine:
         drifts: list[Drift] = []
         for name in names:
             if fix:
-                drifts += self.driver.run(partial(auditing.fix_partition, partition=name))
+                rules_of = partial(self._partition_rules, partition=name)
+                drifts += self.driver.run(partial(auditing.fix_partition, partition=name, rules_of=rules_of))
             else:
                 drifts += self.driver.run(
-                    partial(auditing.read_drift, partition=name), isolation="REPEATABLE READ"
+                    partial(
+                        auditing.read_drift,
+                        partition=name,
+                        rules_of=partial(self._partition_rules, partition=name),
+                    ),
+                    isolation="REPEATABLE READ",
                 )
         return drifts
 
@@ -536,6 +725,9 @@ class QuotaEngine:
             self._compiled = compiled
         return compiled
 
+    def _partition_rules(self, tx: LedgerTx, partition: str) -> PartitionRules:
+        return self._rules(tx).partition(partition)
+
     def _create_identity_counters(self, tx: LedgerTx, missing: MissingCounters) -> None:
         """Create a user's wildcard (or any missing) user/group counters from application rows.
 
@@ -558,5 +750,3 @@ class QuotaEngine:
             if limit is not None:
                 rows[key] = (*identity.value(apps, key), limit)
         tx.insert_identity_counters(partition, rows, now)
-
-

@@ -187,3 +187,11 @@ class PodMissingResources(QuotaLedgerError):
         self.missing = dict(missing)
         parts = "; ".join(f"must specify {res} for: {','.join(names)}" for res, names in self.missing.items())
         super().__init__(f"failed quota: {quota}: {parts}")
+
+
+class ResourceQuotaNotFound(NotFound):
+    """No ResourceQuota has this namespace/name."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"resourcequota {key} not found")

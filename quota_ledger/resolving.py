@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from quota_ledger import charging, queues, tracking
+from quota_ledger import charging, queues, quota_charging, tracking
 from quota_ledger import limits as limit_rules
-from quota_ledger.driver.statements import LedgerTx
-from quota_ledger.errors import ReservationStateError
+from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver.statements import LedgerTx, StoredReservation
+from quota_ledger.errors import ReservationStateError, UsageUnderflow
+from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.limits import Counter
 from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.tracking import AppState
@@ -67,22 +69,23 @@ def counters_of(
     return found
 
 
-
-
 def resolve(
     tx: LedgerTx,
-    reservation: Reservation,
+    stored: StoredReservation,
     state: ReservationState,
     committed: Mapping[str, int],
     now: datetime,
     operation_id: str,
+    rules: PartitionRules | None = None,
 ) -> Reservation:
     """Move a locked pending reservation to ``state`` and adjust its counters.
 
     The reservation's own rows (already locked) and the journal (new rows) are written
     first; the shared counters are locked last, so they are held for the shortest time.
-    An application whose last reservation goes away with nothing in use stops running.
+    An application whose last reservation goes away with nothing in use stops running; a
+    reservation that goes away uncommitted leaves the ResourceQuotas that count it (``rules``).
     """
+    reservation = stored.reservation
     if not tx.resolve_reservation(reservation.id, state, now):
         raise ReservationStateError(reservation.id, reservation.state, state.value)
     if state is ReservationState.COMMITTED:
@@ -123,6 +126,8 @@ def resolve(
 
     tx.apply_counter_deltas({c.id: delta(c) for c in counters}, now)
     tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
+    if state is not ReservationState.COMMITTED and rules is not None:
+        leave_quotas(tx, rules, [stored], now)
     return replace(
         reservation,
         state=state,
@@ -131,12 +136,39 @@ def resolve(
     )
 
 
+def leave_quotas(
+    tx: LedgerTx, rules: PartitionRules, stored: Sequence[StoredReservation], now: datetime
+) -> None:
+    """Take reservations (locked, leaving the live set) out of the quotas that count them now."""
+    by_quota: list[tuple[StoredReservation, list[ResourceQuota]]] = []
+    for each in stored:
+        found = quota_charging.matching(rules, each.reservation.queue, each.kube)
+        if found:
+            by_quota.append((each, found))
+    if not by_quota:
+        return
+    names = {(quota_charging.QUOTA, q.key) for _, qs in by_quota for q in qs}
+    queue_set = {each.reservation.queue for each, _ in by_quota}
+    resources = {name for each, _ in by_quota for name in (each.kube or {}).get("usage", {})}
+    counters = tx.lock_identity_counters(rules.name, names, queue_set, resources)
+    deltas: dict[int, tuple[int, int]] = {}
+    for each, quotas in by_quota:
+        keys = {q.key for q in quotas}
+        usage = (each.kube or {})["usage"]
+        for counter in counters:
+            if counter.name in keys and counter.scope == each.reservation.queue and counter.resource in usage:
+                charging.add_delta(deltas, counter, -usage[counter.resource], 0)
+    tx.apply_identity_deltas(deltas, now)
 
-def expire_batch(tx: LedgerTx, partition: str, batch_size: int) -> int:
+
+def expire_batch(
+    tx: LedgerTx, partition: str, batch_size: int, rules_of: Callable[[LedgerTx], PartitionRules]
+) -> int:
     now = tx.db_now()
     stored = tx.lock_expired(partition, batch_size, now)
     if not stored:
         return 0
+    rules = rules_of(tx)
     expiring = [s.reservation for s in stored]
     keys = {charging.key_of(r) for r in expiring if charging.tracked(r.user, r.application)}
     apps = tx.lock_apps(partition, keys)
@@ -170,4 +202,60 @@ def expire_batch(tx: LedgerTx, partition: str, batch_size: int) -> int:
                 charging.add_delta(identity_deltas, named, -1, 0)
     tx.apply_counter_deltas(deltas, now)
     tx.apply_identity_deltas(identity_deltas, now)
+    leave_quotas(tx, rules, stored, now)
     return tx.expire_reservations([r.id for r in expiring], now)
+
+
+def release_in_use(
+    tx: LedgerTx,
+    partition: str,
+    queue: str,
+    amounts: Mapping[str, int],
+    user: str | None,
+    application: str | None,
+    finished: bool,
+    operation_id: str,
+    now: datetime,
+    reservation_id: str | None = None,
+) -> None:
+    """Return in-use resources of ``queue`` (and of the user's application, if named)."""
+    app = None
+    stopped = False
+    if charging.tracked(user, application):
+        key = tracking.app_key(application, user, queue)
+        app = tx.lock_apps(partition, [key]).get(key)
+        if app is not None:
+            charging.check_owner(app, user, queue)
+        if short := tracking.shortfalls(app, amounts):
+            raise UsageUnderflow(partition, queue, short)
+        if app is not None:
+            tracking.release(app, amounts, now)
+            if finished:
+                stopped = stop(tx, app, now, "Completed")
+            tx.update_app(app)
+    own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
+    short = {
+        res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
+        for res, amount in amounts.items()
+        if (queue, res) not in own or own[(queue, res)].in_use < amount
+    }
+    if short:
+        raise UsageUnderflow(partition, queue, short)
+    resources = [*amounts, *([APPLICATIONS] if stopped else [])]
+    limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
+    scoped = charging.charges(app, charging.lock_of(tx, [app], resources)) if app is not None else []
+
+    def delta(c: Counter) -> tuple[int, int]:
+        return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
+
+    tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
+    tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
+    tx.append_journal(
+        partition,
+        queue,
+        {res: -amount for res, amount in amounts.items()},
+        kind="release",
+        operation_id=operation_id,
+        reservation_id=reservation_id,
+        now=now,
+    )

@@ -36,6 +36,8 @@ class Reservation:
     #: resource -> amount that became in-use usage; set once committed
     committed: dict[str, int] | None = None
     resolved_at: datetime | None = None
+    #: when a committed reservation was released as a whole (``release_reservation``)
+    released_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

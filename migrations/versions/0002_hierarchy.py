@@ -52,6 +52,12 @@ def upgrade() -> None:
         sa.Column(
             "capacity", sa.Text(), nullable=False, comment="JSON {partition: {resource: limit}} on root"
         ),
+        sa.Column(
+            "kube",
+            sa.Text(),
+            nullable=False,
+            comment="JSON {partition: {quotas: {ns/name: {queue, manifest}}, admission: manifest}}",
+        ),
         sa.Column("created_at", _ts(), nullable=False),
         sa.PrimaryKeyConstraint("version", name=op.f("pk_quota_configs")),
         comment="Every configuration ever applied; quota_config_head names the one in force.",
@@ -60,8 +66,8 @@ def upgrade() -> None:
         "quota_identity_usages",
         sa.Column("id", _BIG_ID, autoincrement=True, nullable=False),
         sa.Column("partition", _name(64), nullable=False),
-        sa.Column("kind", sa.String(8), nullable=False, comment="user or group"),
-        sa.Column("name", _name(128), nullable=False, comment="user or group name; group * is shared"),
+        sa.Column("kind", sa.String(8), nullable=False, comment="user, group or quota (a ResourceQuota)"),
+        sa.Column("name", _name(188), nullable=False, comment="user or group (* is shared), or ns/quota"),
         sa.Column("queue", _name(255), nullable=False, comment="the configured queue the limit is on"),
         sa.Column("resource", _name(253), nullable=False, comment="or 'applications' (running count)"),
         sa.Column("in_use", sa.BigInteger(), nullable=False, comment="this name's usage below queue"),
@@ -80,8 +86,10 @@ def upgrade() -> None:
         sa.CheckConstraint("in_use >= 0", name=op.f("ck_quota_identity_usages_in_use_nonnegative")),
         sa.CheckConstraint("reserved >= 0", name=op.f("ck_quota_identity_usages_reserved_nonnegative")),
         sa.CheckConstraint("hard_limit >= 0", name=op.f("ck_quota_identity_usages_hard_limit_nonnegative")),
-        sa.CheckConstraint("kind IN ('user', 'group')", name=op.f("ck_quota_identity_usages_kind_known")),
-        comment="User and group limits, one row per enforced (name, queue, resource); no other rows.",
+        sa.CheckConstraint(
+            "kind IN ('user', 'group', 'quota')", name=op.f("ck_quota_identity_usages_kind_known")
+        ),
+        comment="User, group and ResourceQuota limits: one row per enforced (name, queue, resource).",
     )
     op.create_table(
         "quota_applications",
@@ -143,11 +151,25 @@ def upgrade() -> None:
     )
     # Version 0: the empty configuration, so there is always a row to lock and to read.
     now = datetime(2026, 1, 1)
-    op.bulk_insert(configs, [{"version": 0, "document": _EMPTY, "capacity": "{}", "created_at": now}])
+    op.bulk_insert(
+        configs, [{"version": 0, "document": _EMPTY, "capacity": "{}", "kube": "{}", "created_at": now}]
+    )
+    # Kubernetes scope attributes and quota usage of each reservation, and when a committed
+    # reservation was released as a whole (release_reservation / release_pod).
+    op.add_column(
+        "reservations",
+        sa.Column("kube", sa.Text(), nullable=True, comment="JSON {usage, scopes} for ResourceQuotas"),
+    )
+    op.add_column("reservations", sa.Column("released_at", _ts(), nullable=True))
+    op.create_index(op.f("ix_reservations_partition_queue"), "reservations", ["partition", "queue"])
     op.bulk_insert(head, [{"id": 1, "version": 0}])
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_reservations_partition_queue"), table_name="reservations")
+    with op.batch_alter_table("reservations") as batch:
+        batch.drop_column("released_at")
+        batch.drop_column("kube")
     op.drop_table("quota_namespaces")
     op.drop_index(op.f("ix_quota_app_summaries_partition_application"), table_name="quota_app_summaries")
     op.drop_table("quota_app_summaries")

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from quota_ledger import queues
 from quota_ledger.config.model import Queue, SchedulerConfig
 from quota_ledger.config.quantity import parse_config_resources
+from quota_ledger.kube import admission as kube_admission
+from quota_ledger.kube import quotas as kube_quotas
+from quota_ledger.kube.admission import AdmissionConfig
+from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.quantity import APPLICATIONS
 
 WILDCARD = "*"
@@ -66,6 +71,12 @@ class PartitionRules:
     queues: Mapping[str, QueueRule] = field(default_factory=dict)
     #: root's limits (YuniKorn's cluster size): set with ``set_limits("root", ...)``
     capacity: Mapping[str, int] = field(default_factory=dict)
+    #: queue -> the Kubernetes ResourceQuotas of the namespace placed there
+    quotas: Mapping[str, tuple[ResourceQuota, ...]] = field(default_factory=dict)
+    admission: AdmissionConfig | None = None
+
+    def quota(self, key: str) -> ResourceQuota | None:
+        return next((q for qs in self.quotas.values() for q in qs if q.key == key), None)
 
     @property
     def has_identity_limits(self) -> bool:
@@ -138,20 +149,35 @@ class Rules:
 
 
 def compile_config(
-    config: SchedulerConfig, capacity: Mapping[str, Mapping[str, int]], version: int
+    config: SchedulerConfig,
+    capacity: Mapping[str, Mapping[str, int]],
+    version: int,
+    kube: Mapping[str, Any] | None = None,
 ) -> Rules:
-    """Compile a normalized, validated configuration."""
-    partitions: dict[str, PartitionRules] = {}
+    """Compile a normalized, validated configuration, with the Kubernetes objects stored next
+    to it (``{partition: {"quotas": {ns/name: {"queue", "manifest"}}, "admission": manifest}}``)."""
+    kube = kube or {}
+    queue_rules: dict[str, dict[str, QueueRule]] = {}
     for partition in config.partitions:
         found: dict[str, QueueRule] = {}
         for top in partition.queues or ():
             _walk(top, "", found)
-        partitions[partition.name] = PartitionRules(
-            partition.name, found, dict(capacity.get(partition.name, {}))
+        queue_rules[partition.name] = found
+    names = set(queue_rules) | set(capacity) | set(kube)
+    partitions = {}
+    for name in names:
+        objects = kube.get(name, {})
+        quotas: dict[str, list[ResourceQuota]] = {}
+        for entry in objects.get("quotas", {}).values():
+            quotas.setdefault(entry["queue"], []).append(kube_quotas.parse(entry["manifest"]))
+        admission = objects.get("admission")
+        partitions[name] = PartitionRules(
+            name,
+            queue_rules.get(name, {}),
+            dict(capacity.get(name, {})),
+            {queue: tuple(sorted(qs, key=lambda q: q.key)) for queue, qs in quotas.items()},
+            kube_admission.parse(admission) if admission is not None else None,
         )
-    for name, limits in capacity.items():
-        if name not in partitions:
-            partitions[name] = PartitionRules(name, {}, dict(limits))
     return Rules(version, partitions)
 
 

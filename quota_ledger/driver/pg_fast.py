@@ -21,7 +21,7 @@ from sqlalchemy import Connection, exc
 
 _HEADER = (
     'r.id, r."partition", r."key", r.request_hash, r.state, r.queue, r.user_name, r."groups",'
-    " r.application, r.priority_class, r.created_at, r.expires_at, r.resolved_at,"
+    " r.application, r.priority_class, r.created_at, r.expires_at, r.resolved_at, r.kube, r.released_at,"
     " i.resource, i.amount, i.committed"
 )
 _COUNTER = "id, scope_type, scope, resource, in_use, reserved, hard_limit"
@@ -64,10 +64,10 @@ SQL: Mapping[str, str] = {
     # new rows only
     "insert_reservation": (
         'INSERT INTO reservations (id, "partition", "key", request_hash, state, queue, user_name,'
-        ' "groups", application, priority_class, created_at, expires_at, resolved_at)'
+        ' "groups", application, priority_class, created_at, expires_at, resolved_at, kube)'
         " VALUES (%(id)s, %(partition)s, %(key)s, %(request_hash)s, %(state)s, %(queue)s,"
         " %(user_name)s, %(groups)s, %(application)s, %(priority_class)s, %(created_at)s,"
-        " %(expires_at)s, NULL)"
+        " %(expires_at)s, NULL, %(kube)s)"
     ),
     "insert_items": (
         "INSERT INTO reservation_items (reservation_id, resource, amount)"

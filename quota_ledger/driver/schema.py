@@ -109,6 +109,8 @@ reservations = Table(
     Column("created_at", timestamp_type(), nullable=False),
     Column("expires_at", timestamp_type(), nullable=False),
     Column("resolved_at", timestamp_type(), nullable=True),
+    Column("kube", Text, nullable=True, comment="JSON {usage, scopes} for ResourceQuotas"),
+    Column("released_at", timestamp_type(), nullable=True),
     UniqueConstraint("partition", "key"),
     CheckConstraint("state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"),
     CheckConstraint(
@@ -116,6 +118,7 @@ reservations = Table(
         name="resolved_when_not_pending",
     ),
     Index(None, "partition", "state", "expires_at"),
+    Index(None, "partition", "queue"),
     comment="Reservation headers; per-resource amounts are in reservation_items.",
 )
 
@@ -171,6 +174,12 @@ quota_configs = Table(
     Column("version", Integer, primary_key=True, autoincrement=False),
     Column("document", Text, nullable=False, comment="YuniKorn queue configuration, JSON"),
     Column("capacity", Text, nullable=False, comment="JSON {partition: {resource: limit}} on root"),
+    Column(
+        "kube",
+        Text,
+        nullable=False,
+        comment="JSON {partition: {quotas: {ns/name: {queue, manifest}}, admission: manifest}}",
+    ),
     Column("created_at", timestamp_type(), nullable=False),
     comment="Every configuration ever applied; quota_config_head names the one in force.",
 )
@@ -180,8 +189,8 @@ quota_identity_usages = Table(
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
     Column("partition", name_type(64), nullable=False),
-    Column("kind", String(8), nullable=False, comment="user or group"),
-    Column("name", name_type(128), nullable=False, comment="user or group name; group * is shared"),
+    Column("kind", String(8), nullable=False, comment="user, group or quota (a ResourceQuota)"),
+    Column("name", name_type(188), nullable=False, comment="user or group (* is shared), or ns/quota"),
     Column("queue", name_type(255), nullable=False, comment="the configured queue the limit is on"),
     Column("resource", name_type(253), nullable=False, comment="or 'applications' (running count)"),
     Column("in_use", BigInteger, nullable=False, default=0, comment="this name's usage below queue"),
@@ -192,8 +201,8 @@ quota_identity_usages = Table(
     CheckConstraint("in_use >= 0", name="in_use_nonnegative"),
     CheckConstraint("reserved >= 0", name="reserved_nonnegative"),
     CheckConstraint("hard_limit >= 0", name="hard_limit_nonnegative"),
-    CheckConstraint("kind IN ('user', 'group')", name="kind_known"),
-    comment="User and group limits, one row per enforced (name, queue, resource); no other rows.",
+    CheckConstraint("kind IN ('user', 'group', 'quota')", name="kind_known"),
+    comment="User, group and ResourceQuota limits: one row per enforced (name, queue, resource).",
 )
 
 quota_applications = Table(

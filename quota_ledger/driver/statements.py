@@ -77,6 +77,8 @@ class StoredReservation:
 
     reservation: Reservation
     request_hash: str
+    #: Kubernetes quota usage and scope attributes ({"usage": ..., "scopes": ...}); None if unknown
+    kube: dict[str, Any] | None = None
 
 
 _U = quota_usages.c
@@ -120,6 +122,8 @@ _HEADER = (
     _R.created_at,
     _R.expires_at,
     _R.resolved_at,
+    _R.kube,
+    _R.released_at,
 )
 _ITEM = (_I.resource, _I.amount, _I.committed)
 _JOINED = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
@@ -369,7 +373,9 @@ class LedgerTx(TrackingStatements):
             return []
         return _many(self.conn.execute(_READ_MANY, {"ids": ids}).all())
 
-    def insert_reservation(self, reservation: Reservation, request_hash: str) -> None:
+    def insert_reservation(
+        self, reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None = None
+    ) -> None:
         header = {
             "id": reservation.id,
             "partition": reservation.partition,
@@ -384,6 +390,8 @@ class LedgerTx(TrackingStatements):
             "created_at": _naive(reservation.created_at),
             "expires_at": _naive(reservation.expires_at),
             "resolved_at": None,
+            "kube": None if kube is None else json.dumps(kube, sort_keys=True, separators=(",", ":")),
+            "released_at": None,
         }
         if self.fast is not None:
             self.fast.run("insert_reservation", header)
@@ -688,8 +696,10 @@ def _build(rows: list[Any]) -> StoredReservation:
         priority_class=head.priority_class,
         committed=committed,
         resolved_at=_aware(head.resolved_at) if head.resolved_at is not None else None,
+        released_at=_aware(head.released_at) if head.released_at is not None else None,
     )
-    return StoredReservation(reservation=reservation, request_hash=head.request_hash)
+    kube = json.loads(head.kube) if head.kube else None
+    return StoredReservation(reservation=reservation, request_hash=head.request_hash, kube=kube)
 
 
 def _aware(value: datetime) -> datetime:

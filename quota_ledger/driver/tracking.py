@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, or_, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
@@ -27,6 +27,7 @@ from quota_ledger.driver.schema import (
     quota_identity_usages,
     quota_namespaces,
     quota_partitions,
+    reservations,
 )
 from quota_ledger.limits import Counter
 from quota_ledger.tracking import AppState
@@ -50,7 +51,7 @@ def _hint(stmt: Any, table: Any, index: str) -> Any:
 _CONFIG_VERSION = select(_H.version).where(_H.id == 1)
 # lock_config_head: serializes config writers (step 1).
 _LOCK_CONFIG_HEAD = _CONFIG_VERSION.with_for_update()
-_LOAD_CONFIG = select(_C.document, _C.capacity).where(_C.version == bindparam("v"))
+_LOAD_CONFIG = select(_C.document, _C.capacity, _C.kube).where(_C.version == bindparam("v"))
 _INSERT_CONFIG = sa_insert(quota_configs)
 # partition_names: every partition with a row; no lock.
 _PARTITION_NAMES = select(quota_partitions.c.name).order_by(quota_partitions.c.name)
@@ -74,10 +75,10 @@ _LOCK_IDENTITY = _hint(
     quota_identity_usages,
     _IDENTITY_INDEX,
 )
-# all_identity_counters: every user/group counter of a partition; no lock.
+# all_identity_counters: every counter of some kinds in a partition; no lock.
 _ALL_IDENTITY = (
     select(*_IDENTITY_COLUMNS)
-    .where(_D.partition == bindparam("p"))
+    .where(_D.partition == bindparam("p"), _D.kind.in_(bindparam("kinds", expanding=True)))
     .order_by(_D.kind, _D.name, _D.queue, _D.resource)
 )
 # lock_all_identity_counters: the same, locked (config apply and audit fix, step 7).
@@ -171,6 +172,24 @@ _LATEST_SUMMARY = (
 )
 
 
+# -- live reservations (what ResourceQuota counters are the sum of) ---------------------------
+_RV = reservations.c
+_LIVE_WHERE = (
+    _RV.partition == bindparam("p"),
+    _RV.queue.in_(bindparam("queues", expanding=True)),
+    or_(_RV.state == "pending", and_(_RV.state == "committed", _RV.released_at.is_(None))),
+)
+# read_live_reservations: pending and unreleased committed reservations of some queues; no lock.
+_READ_LIVE = select(_RV.id, _RV.queue, _RV.kube).where(*_LIVE_WHERE).order_by(_RV.id)
+# lock_live_reservations: the same, locked (quota changes, step 3: reservation rows).
+_LOCK_LIVE = _READ_LIVE.with_for_update()
+# mark_released: a committed reservation this transaction holds.
+_MARK_RELEASED = (
+    update(reservations)
+    .where(_RV.id == bindparam("rid"), _RV.state == "committed", _RV.released_at.is_(None))
+    .values(released_at=bindparam("now"))
+)
+
 # -- namespaces -------------------------------------------------------------------------------
 _N = quota_namespaces.c
 # namespace_queue: where a namespace is placed; no lock.
@@ -197,12 +216,18 @@ class TrackingStatements:
     def lock_config_head(self) -> int:
         return int(self.conn.execute(_LOCK_CONFIG_HEAD).scalar_one())
 
-    def load_config(self, version: int) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
+    def load_config(self, version: int) -> tuple[dict[str, Any], dict[str, dict[str, int]], dict[str, Any]]:
+        """(YuniKorn document, root capacity, Kubernetes objects) of a version."""
         row = self.conn.execute(_LOAD_CONFIG, {"v": version}).one()
-        return json.loads(row.document), json.loads(row.capacity)
+        return json.loads(row.document), json.loads(row.capacity), json.loads(row.kube)
 
     def store_config(
-        self, version: int, document: Mapping[str, Any], capacity: Mapping[str, Any], now: datetime
+        self,
+        version: int,
+        document: Mapping[str, Any],
+        capacity: Mapping[str, Any],
+        kube: Mapping[str, Any],
+        now: datetime,
     ) -> None:
         self.conn.execute(
             _INSERT_CONFIG,
@@ -210,6 +235,7 @@ class TrackingStatements:
                 "version": version,
                 "document": json.dumps(document, sort_keys=True),
                 "capacity": json.dumps(capacity, sort_keys=True),
+                "kube": json.dumps(kube, sort_keys=True),
                 "created_at": now,
             },
         )
@@ -217,6 +243,19 @@ class TrackingStatements:
 
     def partition_names(self) -> list[str]:
         return list(self.conn.execute(_PARTITION_NAMES).scalars())
+
+    def live_reservations(
+        self, partition: str, queues: Iterable[str], *, lock: bool
+    ) -> list[tuple[str, str, dict[str, Any] | None]]:
+        """(id, queue, kube) of every pending or unreleased committed reservation in ``queues``."""
+        queue_list = sorted(set(queues))
+        if not queue_list:
+            return []
+        rows = self.conn.execute(_LOCK_LIVE if lock else _READ_LIVE, {"p": partition, "queues": queue_list})
+        return [(row.id, row.queue, json.loads(row.kube) if row.kube else None) for row in rows]
+
+    def mark_released(self, reservation_id: str, now: datetime) -> bool:
+        return self.conn.execute(_MARK_RELEASED, {"rid": reservation_id, "now": now}).rowcount == 1
 
     def namespace_queue(self, partition: str, namespace: str) -> str | None:
         found = self.conn.execute(_NAMESPACE_QUEUE, {"p": partition, "ns": namespace}).scalar()
@@ -258,8 +297,13 @@ class TrackingStatements:
             rows = self.conn.execute(_LOCK_IDENTITY, params).all()
         return [c for row in rows if ((c := _identity(row)).scope_type, c.name) in pairs]
 
-    def identity_counters(self, partition: str, *, lock: bool) -> list[Counter]:
-        rows = self.conn.execute(_LOCK_ALL_IDENTITY if lock else _ALL_IDENTITY, {"p": partition})
+    def identity_counters(
+        self, partition: str, *, lock: bool, kinds: Iterable[str] = ("group", "user")
+    ) -> list[Counter]:
+        """Every counter of ``kinds`` in a partition. Locking order: user/group counters first,
+        then (in a call of their own) ResourceQuota counters, on every path."""
+        params = {"p": partition, "kinds": sorted(kinds)}
+        rows = self.conn.execute(_LOCK_ALL_IDENTITY if lock else _ALL_IDENTITY, params)
         return [_identity(row) for row in rows]
 
     def apply_identity_deltas(self, deltas: Mapping[int, tuple[int, int]], now: datetime) -> None:

@@ -8,6 +8,7 @@ counts for everything else.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import yaml
 
 from quota_ledger.errors import InvalidQuantity, InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
-from quota_ledger.quantity import MAX_QUANTITY, parse_fraction
+from quota_ledger.quantity import MAX_QUANTITY, format_quantity, parse_fraction
 
 SCOPES = (
     "Terminating",
@@ -143,6 +144,8 @@ def parse(manifest: Any) -> ResourceQuota:
                 errors.append(
                     (f"spec.hard[{resource}]", f"unsupported scope applied to resource: {requirement.scope}")
                 )
+    if isinstance(name, str) and isinstance(namespace, str) and len(name) + len(namespace) > 187:
+        errors.append(("metadata.name", "Invalid value: namespace/name longer than 187 characters"))
     if errors:
         raise InvalidResourceQuota(errors)
     assert isinstance(name, str)
@@ -294,3 +297,26 @@ def _document(manifest: Any, kind: str) -> Mapping[str, Any]:
     if manifest.get("kind", kind) != kind:
         raise InvalidRequest(f"expected a {kind}, not {manifest.get('kind')!r}", field="kind")
     return manifest
+
+
+def stored_manifest(quota: ResourceQuota) -> Any:
+    """What the ledger keeps of a quota: name, namespace and spec (JSON-safe)."""
+    spec = quota.manifest.get("spec") or {}
+    return json_safe(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": quota.name, "namespace": quota.namespace},
+            "spec": spec,
+        }
+    )
+
+
+def json_safe(value: Any) -> Any:
+    """A copy that JSON can hold (YAML may produce dates and the like: they become text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def format_value(resource: str, units: int) -> str:
+    """A ledger amount as the shortest exact Kubernetes quantity (cpu names in milli-cores)."""
+    return format_quantity("cpu" if is_cpu(resource) else "memory", units)
