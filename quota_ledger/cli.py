@@ -253,6 +253,41 @@ def _namespace_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings
     return 0
 
 
+def _quota_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    status = engine.apply_resource_quota(_read_source(args.file), partition=args.partition)
+    _emit(status)
+    return 0
+
+
+def _quota_delete(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    engine.delete_resource_quota(args.namespace, args.name, partition=args.partition)
+    _say(args, {"quota": f"{args.namespace}/{args.name}"}, "deleted resourcequota {quota}")
+    return 0
+
+
+def _quota_status(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    _emit(engine.resource_quota_status(args.namespace, args.name, partition=args.partition))
+    return 0
+
+
+def _admission_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    engine.apply_admission_config(_read_source(args.file), partition=args.partition)
+    _say(args, {"file": args.file}, "admission configuration applied from {file}")
+    return 0
+
+
+def _pod_reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    made = engine.reserve_pod(_read_source(args.file), partition=args.partition, ttl=args.ttl, key=args.key)
+    return _print_reservation(args, made)
+
+
+def _pod_release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    done = engine.release_pod(
+        _read_source(args.file), partition=args.partition, key=args.key, finished=args.finished
+    )
+    return _print_reservation(args, done)
+
+
 def _read_source(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
@@ -367,6 +402,39 @@ def _parser() -> argparse.ArgumentParser:
     p = namespace.add_parser("apply", parents=[common, part], help="place a Namespace manifest FILE")
     p.add_argument("file")
     p.set_defaults(handler=_namespace_apply)
+    quota = sub.add_parser("quota", help="Kubernetes ResourceQuotas").add_subparsers(
+        title="quota commands", metavar="ACTION"
+    )
+    p = quota.add_parser("apply", parents=[common, part], help="create or replace a ResourceQuota from FILE")
+    p.add_argument("file")
+    p.set_defaults(handler=_quota_apply)
+    for action, handler, text in (
+        ("delete", _quota_delete, "delete NAMESPACE NAME"),
+        ("status", _quota_status, "hard and used of NAMESPACE NAME"),
+    ):
+        p = quota.add_parser(action, parents=[common, part], help=text)
+        p.add_argument("namespace")
+        p.add_argument("name")
+        p.set_defaults(handler=handler)
+    admission = sub.add_parser("admission", help="ResourceQuota admission configuration").add_subparsers(
+        title="admission commands", metavar="ACTION"
+    )
+    p = admission.add_parser("apply", parents=[common, part], help="set it from FILE")
+    p.add_argument("file")
+    p.set_defaults(handler=_admission_apply)
+    pod = sub.add_parser("pod", help="Kubernetes Pods as reservations").add_subparsers(
+        title="pod commands", metavar="ACTION"
+    )
+    p = pod.add_parser("reserve", parents=[common, part], help="reserve what the Pod in FILE needs")
+    p.add_argument("file")
+    p.add_argument("--ttl", type=float)
+    p.add_argument("--key", help="default: the pod's metadata.uid")
+    p.set_defaults(handler=_pod_reserve)
+    p = pod.add_parser("release", parents=[common, part], help="release the Pod in FILE (it is gone)")
+    p.add_argument("file")
+    p.add_argument("--key")
+    p.add_argument("--finished", action="store_true")
+    p.set_defaults(handler=_pod_release)
     return parser
 
 

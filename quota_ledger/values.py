@@ -71,9 +71,13 @@ class Violation:
     name: str | None = None
 
     def describe(self) -> str:
-        who = f" for {self.kind} {self.name}" if self.name is not None else ""
+        if self.kind == "quota":
+            where = f"{self.resource} in quota {self.scope}"
+        else:
+            who = f" for {self.kind} {self.name}" if self.name is not None else ""
+            where = f"{self.resource} at {self.scope}{who}"
         return (
-            f"{self.resource} at {self.scope}{who}: limit {self.limit}, in use {self.in_use}, "
+            f"{where}: limit {self.limit}, in use {self.in_use}, "
             f"reserved {self.reserved}, requested {self.requested}"
         )
 

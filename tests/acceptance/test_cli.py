@@ -185,3 +185,35 @@ def test_config_apply_validate_show_and_user_usage(tmp_path: Path) -> None:
     report = json.loads(ok(cli("users", "sue", db=db)))
     assert report["queues"]["children"][0]["maxResources"] == {"vcore": 1000}
     assert [u["userName"] for u in json.loads(ok(cli("users", db=db)))] == ["sue"]
+
+
+def test_quota_admission_and_pod_commands(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    (tmp_path / "quota.yaml").write_text(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: team}\n"
+        "spec: {hard: {pods: '1', requests.cpu: 500m}}\n"
+    )
+    (tmp_path / "pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: team, uid: u-1}\n"
+        "spec: {containers: [{name: c, resources: {requests: {cpu: 250m}}}]}\n"
+    )
+    (tmp_path / "pod2.yaml").write_text(
+        (tmp_path / "pod.yaml").read_text().replace("u-1", "u-2").replace("name: web", "name: web2")
+    )
+    assert json.loads(ok(cli("quota", "apply", str(tmp_path / "quota.yaml"), db=db)))["used"] == {
+        "pods": "0", "requests.cpu": "0"
+    }
+    reserved = json.loads(ok(cli("pod", "reserve", str(tmp_path / "pod.yaml"), "--json", db=db)))
+    assert reserved["key"] == "u-1"
+    assert reserved["queue"] == "root.team"
+    over = cli("pod", "reserve", str(tmp_path / "pod2.yaml"), db=db)
+    assert over.returncode == EXIT_OVER_QUOTA
+    assert "quota team/q" in over.stderr
+    status = json.loads(ok(cli("quota", "status", "team", "q", db=db)))
+    assert status["used"] == {"pods": "1", "requests.cpu": "250m"}
+    ok(cli("commit", reserved["id"], db=db))
+    ok(cli("pod", "release", str(tmp_path / "pod.yaml"), db=db))
+    assert json.loads(ok(cli("quota", "status", "team", "q", db=db)))["used"]["pods"] == "0"
+    ok(cli("quota", "delete", "team", "q", db=db))
+    assert cli("quota", "status", "team", "q", db=db).returncode == 1

@@ -679,9 +679,9 @@ def test_killed_connections_lose_and_double_nothing(server_db_url: URL) -> None:
     kill = _kill_postgres if backend == "postgresql" else _kill_mariadb
     seed = random.randrange(2**32)
     engine = QuotaEngine.from_url(server_db_url, pool_size=24)
-    # Fewer retries than the default 10, so that callers do see DatabaseUnavailable and have to
+    # Far fewer retries than the default 10, so that callers do see DatabaseUnavailable and have to
     # retry themselves, which is what the idempotency key is for.
-    engine.driver.max_attempts = 3
+    engine.driver.max_attempts = 2
     raw = _raw_engine(server_db_url)
     try:
         engine.set_limits("root.kill", KILL_LIMITS["root.kill"])

@@ -119,3 +119,93 @@ def test_config_change_under_load_never_mixes_versions(server_db_url: URL) -> No
         assert ledger.audit() == []
     finally:
         ledger.close()
+
+
+def test_pods_under_a_resource_quota_never_exceed_it_while_it_changes(server_db_url: URL) -> None:
+    """16 threads reserve, commit, roll back and release pods under a ResourceQuota whose
+    ``hard`` flips between 3 and 5 pods: the counter never passes 5, ends equal to the live
+    reservations, and ``audit()`` agrees."""
+    ledger = QuotaEngine.from_url(server_db_url, pool_size=_THREADS + 4)
+
+    def quota(pods: int) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": {"pods": str(pods), "requests.cpu": "100"}},
+        }
+
+    ledger.apply_resource_quota(quota(5))
+    stop = time.monotonic() + _DURATION
+    errors: list[BaseException] = []
+    admitted = Tally[str]()
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        rng = random.Random(n)
+        i = 0
+        try:
+            while time.monotonic() < stop:
+                i += 1
+                pod = {
+                    "kind": "Pod",
+                    "metadata": {"name": f"p{n}-{i}", "namespace": "team", "uid": f"u{n}-{i}"},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
+                }
+                try:
+                    made = ledger.reserve_pod(pod, ttl=30)
+                except OverQuota:
+                    continue
+                with lock:
+                    admitted["pods"] += 1
+                if rng.random() < 0.3:
+                    ledger.rollback(made.id)
+                else:
+                    ledger.commit(made.id)
+                    if rng.random() < 0.9:
+                        ledger.release_pod(pod)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    def switcher() -> None:
+        flip = False
+        try:
+            while time.monotonic() < stop:
+                ledger.apply_resource_quota(quota(3 if flip else 5))
+                flip = not flip
+                time.sleep(0.05)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    peak = Tally[str]()
+
+    def observer() -> None:
+        engine = create_engine(server_db_url)
+        try:
+            with engine.connect() as conn:
+                while time.monotonic() < stop:
+                    value = conn.execute(
+                        text(
+                            "SELECT in_use FROM quota_identity_usages"
+                            " WHERE kind = 'quota' AND resource = 'pods'"
+                        )
+                    ).scalar()
+                    conn.rollback()
+                    peak["pods"] = max(peak["pods"], value or 0)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(_THREADS)]
+    threads += [threading.Thread(target=switcher), threading.Thread(target=observer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=_DURATION + 60)
+    try:
+        assert not errors, errors
+        assert admitted["pods"] > 10, admitted
+        assert peak["pods"] <= 5, peak
+        assert ledger.audit() == []
+        print(dict(admitted), dict(peak))
+    finally:
+        ledger.close()

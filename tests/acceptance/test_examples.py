@@ -1,0 +1,40 @@
+"""The README's runnable examples run, on every backend, and print what the README says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy.engine import URL
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(name: str, db_url: URL) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), db_url.render_as_string(hide_password=False)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_user_story_1_runs(db_url: URL) -> None:
+    out = run("kube_story_1.py", db_url).splitlines()
+    assert out[0].startswith("refused: namespace kube-system: insufficient quota to match these scopes")
+    assert out[1].startswith("admitted: root.kube-system")
+    assert "'used': {'pods': '1', 'requests.cpu': '250m'}" in out[2]
+    assert out[3].startswith("refused: namespace default")
+
+
+def test_user_story_2_runs(db_url: URL) -> None:
+    out = run("kube_story_2.py", db_url).splitlines()
+    assert (
+        out[0] == "refused: pods in quota analytics/prioritized: limit 2, in use 2, reserved 0, requested 1"
+    )
+    assert "'used': {'pods': '2', 'requests.cpu': '1', 'requests.memory': '2Gi'}" in out[1]
+    assert out[2] == "after release: {'pods': '1', 'requests.cpu': '500m', 'requests.memory': '1Gi'}"
