@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from quota_ledger import migrate, sweeper
+from quota_ledger import cli_service, migrate, sweeper
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
 from quota_ledger.quantity import format_quantity
@@ -32,14 +33,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Global options may come before or after the command; parents share their actions, so
     # their defaults are filled in here rather than with set_defaults.
-    for name, default in (("db", None), ("json", False), ("verbose", False)):
+    for name, default in (("db", None), ("json", False), ("verbose", False), ("settings", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
     if not hasattr(args, "handler"):
         parser.print_help()
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    settings = Settings() if args.db is None else Settings(db=args.db)  # type: ignore[call-arg]
+    settings_file = getattr(args, "settings", None) or os.environ.get("QUOTA_LEDGER_SETTINGS_FILE")
+    overrides: dict[str, Any] = {} if args.db is None else {"db": args.db}
+    settings = Settings(_env_file=settings_file, **overrides)  # type: ignore[call-arg]
     engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl)
     try:
         handler: Callable[[QuotaEngine, argparse.Namespace, Settings], int] = args.handler
@@ -304,6 +307,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--db", default=argparse.SUPPRESS, help="database URL (env QUOTA_LEDGER_DB)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--settings",
+        default=argparse.SUPPRESS,
+        help="settings file of QUOTA_LEDGER_*=value lines (env QUOTA_LEDGER_SETTINGS_FILE)",
+    )
     part = argparse.ArgumentParser(add_help=False)
     part.add_argument("--partition", default="default")
     ident = argparse.ArgumentParser(add_help=False)
@@ -435,6 +443,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key")
     p.add_argument("--finished", action="store_true")
     p.set_defaults(handler=_pod_release)
+    cli_service.register(sub, common)
     return parser
 
 

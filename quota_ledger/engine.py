@@ -333,11 +333,14 @@ class QuotaEngine:
             pairs = [(queue, r) for r in positive]
             own = tx.lock_queue_counters(partition, pairs, create_missing=False)
             if len(own) < len(pairs):
-                # First use of these counters: refuse before creating them if the limits already
-                # say no, so that a refused request leaves no trace.
-                unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
-                if broken := limit_rules.violations(partition, requested, unlocked):
-                    raise OverQuota(broken)
+                # First use of these counters: refuse before creating them if the queue limits
+                # already say no, so that a refused request leaves no trace. With user, group or
+                # quota limits in play the counters are created first, so that the refusal can
+                # list every broken limit.
+                if app is None and not quotas:
+                    unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
+                    if broken := limit_rules.violations(partition, requested, unlocked):
+                        raise OverQuota(broken)
                 raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
             limits = tx.lock_subtree_counters(partition, chain, requested)
             scoped = charging.lock_for_reserve(tx, rules, app, requested) if app is not None else []
@@ -543,6 +546,12 @@ class QuotaEngine:
                 objects["admission"] = kube_quotas.json_safe(parsed.manifest)
 
         self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+
+    def resource_quotas(self, *, partition: str = DEFAULT_PARTITION) -> list[tuple[str, str]]:
+        """(namespace, name) of every ResourceQuota in the partition."""
+        queues.validate_partition(partition)
+        rules = self.driver.run(partial(self._partition_rules, partition=partition))
+        return sorted((q.namespace, q.name) for qs in rules.quotas.values() for q in qs)
 
     def resource_quota_status(
         self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION

@@ -63,3 +63,10 @@ def current(engine: Engine) -> str | None:
             return None
         row = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").first()  # noqa: S608 - constant
         return None if row is None else str(row[0])
+
+
+def head() -> str | None:
+    """The newest revision the installed migration scripts know."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -258,3 +258,18 @@ quota_namespaces = Table(
     PrimaryKeyConstraint("partition", "namespace"),
     comment="Where apply_namespace placed each Kubernetes namespace.",
 )
+
+quota_tokens = Table(
+    "quota_tokens",
+    metadata,
+    Column("name", name_type(64), primary_key=True, comment="who holds it, e.g. billing-service"),
+    Column("token_hash", String(64), nullable=False, comment="sha256 of the token, never the token"),
+    Column("role", String(16), nullable=False, comment="reader, service or admin"),
+    Column("partition", name_type(64), nullable=True, comment="restricted to this partition; NULL = any"),
+    Column("queue", name_type(255), nullable=True, comment="restricted to this queue's subtree; NULL = any"),
+    Column("created_at", timestamp_type(), nullable=False),
+    Column("revoked_at", timestamp_type(), nullable=True),
+    UniqueConstraint("token_hash"),
+    CheckConstraint("role IN ('reader', 'service', 'admin')", name="role_known"),
+    comment="Bearer tokens of the HTTP service, stored as hashes.",
+)

@@ -64,7 +64,7 @@ def test_usage_prints_a_readable_table(tmp_path: Path) -> None:
 
 
 def test_database_defaults_to_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
-    assert "schema at 0002" in ok(cli("db", "upgrade", cwd=tmp_path))
+    assert "schema at 0003" in ok(cli("db", "upgrade", cwd=tmp_path))
     assert (tmp_path / "quota-ledger.db").is_file()
     ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path))
     other = tmp_path / "other.db"
@@ -217,3 +217,35 @@ def test_quota_admission_and_pod_commands(tmp_path: Path) -> None:
     assert json.loads(ok(cli("quota", "status", "team", "q", db=db)))["used"]["pods"] == "0"
     ok(cli("quota", "delete", "team", "q", db=db))
     assert cli("quota", "status", "team", "q", db=db).returncode == 1
+
+
+def test_serve_and_tokens(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    ok(cli("db", "upgrade", db=db))
+    token = ok(cli("tokens", "add", "ops", "--role", "reader", db=db)).strip()
+    assert token.startswith("qlt_")
+    assert "ops" in ok(cli("tokens", "list", db=db))
+    env = {k: v for k, v in os.environ.items() if k != "QUOTA_LEDGER_DB"} | {"QUOTA_LEDGER_DB": db}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "quota_ledger.cli", "serve", "--port", "0", "--no-sweep"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("quota-ledger serving on http://127.0.0.1:"), line
+        base = line.split()[3]
+        import urllib.error
+        import urllib.request
+
+        assert json.loads(urllib.request.urlopen(f"{base}/healthz", timeout=10).read()) == {"status": "ok"}
+        request = urllib.request.Request(f"{base}/v1/config", headers={"Authorization": f"Bearer {token}"})
+        assert json.loads(urllib.request.urlopen(request, timeout=10).read())["version"] == 0
+        ok(cli("tokens", "revoke", "ops", db=db))
+        time.sleep(5.5)  # the service trusts a verified token for token_cache_seconds (5 s)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,137 @@
+"""``quota-ledger serve`` and ``quota-ledger tokens``: the HTTP service's commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from quota_ledger import tokens
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.settings import Settings
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="run the HTTP service (and the expiry sweeper)")
+    p.add_argument("--host", help="listen address (env QUOTA_LEDGER_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (env QUOTA_LEDGER_PORT, default 8080; 0 = any free port)")
+    p.add_argument("--tls-certfile", help="serve HTTPS with this PEM certificate")
+    p.add_argument("--tls-keyfile", help="and this PEM private key")
+    p.add_argument("--no-migrate", action="store_true", help="do not upgrade the schema at start")
+    p.add_argument("--no-sweep", action="store_true", help="do not run the expiry sweeper")
+    p.set_defaults(handler=_serve)
+    tok = sub.add_parser("tokens", help="bearer tokens of the HTTP service").add_subparsers(
+        title="tokens commands", metavar="ACTION"
+    )
+    p = tok.add_parser("add", parents=[common], help="create token NAME; prints it once")
+    p.add_argument("name")
+    p.add_argument("--role", required=True, choices=tokens.ROLES)
+    p.add_argument("--partition", help="restrict the token to this partition")
+    p.add_argument("--queue", help="restrict the token to this queue's subtree")
+    p.set_defaults(handler=_tokens_add)
+    tok.add_parser("list", parents=[common], help="list tokens (never their values)").set_defaults(
+        handler=_tokens_list
+    )
+    p = tok.add_parser("revoke", parents=[common], help="revoke token NAME")
+    p.add_argument("name")
+    p.set_defaults(handler=_tokens_revoke)
+
+
+def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from quota_ledger.http.app import create_app
+
+    overrides = {
+        key: value
+        for key, value in (
+            ("host", args.host),
+            ("port", args.port),
+            ("tls_certfile", args.tls_certfile),
+            ("tls_keyfile", args.tls_keyfile),
+        )
+        if value is not None
+    }
+    settings = settings.model_copy(update=overrides)
+    if bool(settings.tls_certfile) != bool(settings.tls_keyfile):
+        print("error: --tls-certfile and --tls-keyfile go together", file=sys.stderr)
+        return 2
+    served = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl, pool_size=settings.pool_size)
+    if not args.no_migrate:
+        served.migrate()
+    scheme = "https" if settings.tls_certfile else "http"
+    app = create_app(served, settings, sweep=not args.no_sweep)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ssl_certfile=settings.tls_certfile,
+        ssl_keyfile=settings.tls_keyfile,
+        log_level="info" if args.verbose else "warning",
+        access_log=bool(args.verbose),
+    )
+    server = uvicorn.Server(config)
+
+    def announce() -> None:
+        for listener in server.servers:
+            for sock in listener.sockets:
+                host, port = sock.getsockname()[:2]
+                print(
+                    f"quota-ledger serving on {scheme}://{host}:{port}  (dashboard: /ui, API: /docs)",
+                    flush=True,
+                )
+
+    original = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        await original(sockets)
+        announce()
+
+    server.startup = startup  # type: ignore[method-assign]
+    try:
+        server.run()
+    finally:
+        served.close()
+    return 0
+
+
+def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    token = tokens.add(engine, args.name, args.role, partition=args.partition, queue=args.queue)
+    print(token)
+    print(f"# token {args.name!r} ({args.role}); it is shown only now", file=sys.stderr)
+    return 0
+
+
+def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    found = tokens.listing(engine)
+    if args.json:
+        import json
+
+        print(
+            json.dumps(
+                [t.__dict__ if hasattr(t, "__dict__") else _row(t) for t in found], default=str, indent=2
+            )
+        )
+        return 0
+    for t in found:
+        state = "revoked" if t.revoked_at else "active"
+        where = f"partition={t.partition or '*'} queue={t.queue or '*'}"
+        print(f"{t.name:24} {t.role:8} {state:8} {where}")
+    return 0
+
+
+def _row(token: tokens.Token) -> dict[str, Any]:
+    return {
+        "name": token.name,
+        "role": token.role,
+        "partition": token.partition,
+        "queue": token.queue,
+        "created_at": token.created_at,
+        "revoked_at": token.revoked_at,
+    }
+
+
+def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    tokens.revoke(engine, args.name)
+    print(f"revoked token {args.name}")
+    return 0

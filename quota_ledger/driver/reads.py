@@ -1,0 +1,45 @@
+"""Read-only statements for the dashboard and metrics; no locks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Integer, bindparam, func, select
+
+from quota_ledger.driver import dialect
+from quota_ledger.driver.schema import reservations
+from quota_ledger.driver.statements import _FIND_BY_ID, StoredReservation, _one
+
+_R = reservations.c
+# pending_summary: per partition, pending reservations and the oldest one's creation time.
+_PENDING = (
+    select(
+        _R.partition,
+        func.count().label("n"),
+        func.min(_R.created_at).label("oldest"),
+        dialect.utcnow().label("now"),
+    )
+    .where(_R.state == "pending")
+    .group_by(_R.partition)
+)
+# soonest_expiring: ids of the pending reservations that expire first (the sweeper's index).
+_SOONEST = (
+    select(_R.id)
+    .where(_R.partition == bindparam("p"), _R.state == "pending")
+    .order_by(_R.expires_at)
+    .limit(bindparam("n", type_=Integer))
+)
+
+
+def pending_summary(conn: Connection) -> list[tuple[str, int, float]]:
+    rows = conn.execute(_PENDING).all()
+    return [(r.partition, int(r.n), max(0.0, (r.now - r.oldest).total_seconds())) for r in rows]
+
+
+def soonest_expiring(conn: Connection, partition: str, limit: int) -> list[StoredReservation]:
+    ids = list(conn.execute(_SOONEST, {"p": partition, "n": limit}).scalars())
+    found = [_one(conn.execute(_FIND_BY_ID, {"id": rid}).all()) for rid in ids]
+    return [f for f in found if f is not None]
+
+
+__all__: list[Any] = ["pending_summary", "soonest_expiring"]

@@ -1,0 +1,125 @@
+"""The FastAPI application: routes, error handlers, the 1 MiB body limit and the sweeper."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from quota_ledger import sweeper
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.http import errors, ops, routes, ui, yunikorn
+from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.metrics import Metrics
+from quota_ledger.settings import Settings
+
+MAX_BODY = 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes (413), whether announced or streamed."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await _too_large(send)
+            return
+        seen = 0
+        refused = False
+
+        async def limited() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    refused = True
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _too_large(send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send) -> None:
+    body = b'{"error":{"code":"too_large","message":"request body over 1 MiB"}}'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -> FastAPI:
+    metrics = Metrics(engine)
+    auth = Authenticator(engine, settings.token_cache_seconds)
+    stop = threading.Event()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        thread = None
+        if sweep:
+
+            def loop() -> None:
+                def counted(expired: int) -> None:
+                    metrics.sweeper_batches.inc()
+                    metrics.sweeper_rows.inc(expired)
+
+                sweeper.run(
+                    engine,
+                    interval=settings.sweep_interval,
+                    batch_size=settings.sweep_batch_size,
+                    stop=stop,
+                    on_round=counted,
+                )
+
+            thread = threading.Thread(target=loop, name="quota-ledger-sweeper", daemon=True)
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=10)
+
+    app = FastAPI(
+        title="quota-ledger",
+        version="0.1.0",
+        description="Reserve resources against queue, user, group and Kubernetes ResourceQuota limits, "
+        "then commit or roll back.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.include_router(ops.build(engine, auth, metrics))
+    app.include_router(routes.build(engine, auth, metrics))
+    app.include_router(yunikorn.build(engine, auth))
+    app.include_router(ui.build(engine, auth))
+    app.add_middleware(BodyLimit)
+    app.state.engine = engine
+    app.state.metrics = metrics
+    return app

@@ -1,0 +1,114 @@
+"""Ledger errors as JSON: a stable code, the message, and the details a caller needs.
+
+Nothing else leaves the service: no stack traces, no SQL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from quota_ledger import errors
+
+log = logging.getLogger("quota_ledger.http")
+
+#: error class -> (HTTP status, code); the first match in this order wins
+_TABLE: tuple[tuple[type[Exception], int, str], ...] = (
+    (errors.OverQuota, 409, "over_quota"),
+    (errors.MissingCoveringQuota, 409, "missing_covering_quota"),
+    (errors.IdempotencyConflict, 409, "idempotency_conflict"),
+    (errors.ReservationStateError, 409, "invalid_state"),
+    (errors.UsageUnderflow, 409, "usage_underflow"),
+    (errors.CounterOverflow, 409, "counter_overflow"),
+    (errors.NotFound, 404, "not_found"),
+    (errors.ReservationNotFound, 404, "not_found"),
+    (errors.ConfigError, 422, "invalid_config"),
+    (errors.InvalidResourceQuota, 422, "invalid_resource_quota"),
+    (errors.InvalidQuantity, 422, "invalid_quantity"),
+    (errors.PodMissingResources, 422, "pod_missing_resources"),
+    (errors.InvalidRequest, 422, "invalid_request"),
+    (errors.DatabaseUnavailable, 503, "database_unavailable"),
+    (errors.SchemaNotReady, 503, "schema_not_ready"),
+)
+RETRY_AFTER_SECONDS = "1"
+
+
+def body(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **({"details": details} if details else {})}}
+
+
+def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if isinstance(error, errors.OverQuota):
+        found["violations"] = [dataclasses.asdict(v) for v in error.violations]
+    if isinstance(error, errors.ConfigError):
+        found["problems"] = [dataclasses.asdict(p) for p in error.problems]
+    if isinstance(error, errors.InvalidResourceQuota):
+        found["errors"] = [{"field": f, "message": m} for f, m in error.errors]
+    if isinstance(error, errors.InvalidRequest) and error.field is not None:
+        found["field"] = error.field
+    if isinstance(error, errors.MissingCoveringQuota):
+        found.update(resources=error.resources, scopes=error.scopes)
+    if isinstance(error, errors.PodMissingResources):
+        found.update(quota=error.quota, missing=error.missing)
+    if isinstance(error, errors.UsageUnderflow):
+        found["shortfalls"] = {r: {"in_use": a, "requested": b} for r, (a, b) in error.shortfalls.items()}
+    if isinstance(error, errors.ReservationStateError):
+        found["state"] = error.state.value
+    return found
+
+
+def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
+    status, code = 500, "internal"
+    for cls, http_status, name in _TABLE:
+        if isinstance(error, cls):
+            status, code = http_status, name
+            break
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    message = str(error) if status != 500 else "internal error"
+    return JSONResponse(body(code, message, **_details(error)), status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.QuotaLedgerError)
+    async def _ledger(_request: Request, error: errors.QuotaLedgerError) -> JSONResponse:
+        return ledger_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
+            for e in error.errors()
+        ]
+        field = problems[0]["field"] if problems else None
+        return JSONResponse(
+            body("invalid_request", "the request is malformed", field=field, problems=problems),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+        code = {
+            401: "unauthorized",
+            403: "forbidden",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "too_large",
+            415: "unsupported_media_type",
+        }.get(error.status_code, "http_error")
+        return JSONResponse(
+            body(code, str(error.detail)),
+            status_code=error.status_code,
+            headers=getattr(error, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return JSONResponse(body("internal", "internal error"), status_code=500)

@@ -1,0 +1,71 @@
+"""Operations: health, readiness, Prometheus metrics and the audit."""
+
+
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import JSONResponse
+
+from quota_ledger import migrate
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.errors import QuotaLedgerError
+from quota_ledger.http import models
+from quota_ledger.http.auth import Authenticator, check_scope
+from quota_ledger.http.metrics import CONTENT_TYPE, Metrics
+from quota_ledger.tokens import Token
+
+
+def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+    reader = Depends(auth.require("reader"))
+
+    @router.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """The process is up (no database access, no token)."""
+        return {"status": "ok"}
+
+    @router.get("/readyz", responses={503: {"model": models.ErrorOut}})
+    def readyz() -> JSONResponse:
+        """The database answers and its schema is at head (no token)."""
+        try:
+            current = migrate.current(engine.driver.engine)
+            head = migrate.head()
+        except QuotaLedgerError as error:
+            return JSONResponse({"status": "unavailable", "reason": str(error)}, 503, {"Retry-After": "1"})
+        except Exception:
+            return JSONResponse(
+                {"status": "unavailable", "reason": "database unreachable"}, 503, {"Retry-After": "1"}
+            )
+        if current != head:
+            return JSONResponse(
+                {"status": "unavailable", "reason": f"schema at {current}, head is {head}"},
+                503,
+                {"Retry-After": "5"},
+            )
+        return JSONResponse({"status": "ready", "schema": current})
+
+    @router.get("/metrics", response_class=Response)
+    def prometheus(token: Annotated[Token, reader]) -> Response:
+        """Prometheus text format."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @router.post("/v1/audit", response_model=list[models.DriftOut])
+    def audit(
+        token: Annotated[Token, reader],
+        fix: Annotated[bool, Query()] = False,
+        partition: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> list[models.DriftOut]:
+        """Counters that disagree with the ledger's history; ``fix=true`` (admin) repairs them."""
+        if fix and not token.allows("admin"):
+            return JSONResponse(  # type: ignore[return-value]
+                {"error": {"code": "forbidden", "message": "fixing needs the admin role"}}, 403
+            )
+        check_scope(token, partition, None)
+        drifts = engine.audit(fix=fix, partition=partition)
+        metrics.drift_found.inc(len(drifts))
+        if fix:
+            metrics.drift_fixed.inc(len(drifts))
+        return [models.DriftOut.model_validate(dataclasses.asdict(d)) for d in drifts]
+
+    return router

@@ -1,0 +1,278 @@
+"""The ledger and admin endpoints under ``/v1``. Each handler is one engine call."""
+
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from quota_ledger import queues
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.http import models
+from quota_ledger.http.auth import Authenticator, check_scope
+from quota_ledger.http.metrics import Metrics
+from quota_ledger.kube import pods
+from quota_ledger.tokens import Token
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": models.ErrorOut, "description": text}
+    for code, text in (
+        (401, "no or unknown token"),
+        (403, "wrong role or outside the token's partition and queue"),
+        (404, "not found"),
+        (409, "over quota, wrong state or idempotency conflict"),
+        (413, "body over 1 MiB"),
+        (422, "invalid request, naming the field"),
+        (503, "database unavailable (Retry-After)"),
+    )
+}
+
+
+def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRouter:
+    router = APIRouter(prefix="/v1", responses=ERRORS)
+    reader = Depends(auth.require("reader"))
+    service = Depends(auth.require("service"))
+    admin = Depends(auth.require("admin"))
+
+    # -- reservations ------------------------------------------------------------------------
+    @router.post("/reservations", status_code=201, response_model=models.ReservationOut, tags=["ledger"])
+    def reserve(
+        body: models.ReserveBody,
+        token: Annotated[Token, service],
+        idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    ) -> models.ReservationOut:
+        """Reserve resources in a queue (all or nothing), or what a Kubernetes Pod needs."""
+        key = body.key or idempotency_key
+        with metrics.observe("reserve"):
+            if body.pod is not None:
+                namespace = pods.parse_pod(body.pod).namespace
+                check_scope(
+                    token, body.partition, engine.namespace_queue(namespace, partition=body.partition)
+                )
+                made = engine.reserve_pod(body.pod, partition=body.partition, ttl=body.ttl, key=key)
+            else:
+                if body.queue is None:
+                    raise HTTPException(422, "queue is required (or a pod)")
+                check_scope(token, body.partition, body.queue)
+                made = engine.reserve(
+                    body.queue,
+                    body.resources,
+                    partition=body.partition,
+                    user=body.user,
+                    groups=body.groups,
+                    application=body.application,
+                    priority_class=body.priority_class,
+                    ttl=body.ttl,
+                    key=key,
+                    terminating=body.terminating,
+                    best_effort=body.best_effort,
+                    cross_namespace_affinity=body.cross_namespace_affinity,
+                )
+        return models.ReservationOut.of(made)
+
+    def owned(reservation_id: str, token: Token) -> None:
+        found = engine.get(reservation_id)
+        check_scope(token, found.partition, found.queue)
+
+    @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
+    def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
+        found = engine.get(reservation_id)
+        check_scope(token, found.partition, found.queue)
+        return models.ReservationOut.of(found)
+
+    @router.post(
+        "/reservations/{reservation_id}/commit", response_model=models.ReservationOut, tags=["ledger"]
+    )
+    def commit(
+        reservation_id: str,
+        token: Annotated[Token, service],
+        body: Annotated[models.CommitBody | None, Body()] = None,
+    ) -> models.ReservationOut:
+        """Reserved becomes in use; ``resources`` may commit less (the rest is released)."""
+        owned(reservation_id, token)
+        with metrics.observe("commit"):
+            done = engine.commit(reservation_id, body.resources if body is not None else None)
+        return models.ReservationOut.of(done)
+
+    @router.post(
+        "/reservations/{reservation_id}/rollback", response_model=models.ReservationOut, tags=["ledger"]
+    )
+    def rollback(reservation_id: str, token: Annotated[Token, service]) -> models.ReservationOut:
+        owned(reservation_id, token)
+        with metrics.observe("rollback"):
+            return models.ReservationOut.of(engine.rollback(reservation_id))
+
+    @router.post(
+        "/reservations/{reservation_id}/release", response_model=models.ReservationOut, tags=["ledger"]
+    )
+    def release_reservation(
+        reservation_id: str,
+        token: Annotated[Token, service],
+        body: Annotated[models.ReleaseReservationBody | None, Body()] = None,
+    ) -> models.ReservationOut:
+        """Release everything a committed reservation holds (its pod is gone)."""
+        owned(reservation_id, token)
+        with metrics.observe("release_reservation"):
+            done = engine.release_reservation(reservation_id, finished=bool(body and body.finished))
+        return models.ReservationOut.of(done)
+
+    @router.post("/releases", status_code=204, tags=["ledger"])
+    def release(body: models.ReleaseBody, token: Annotated[Token, service]) -> Response:
+        """In-use resources of a queue are gone again."""
+        check_scope(token, body.partition, body.queue)
+        with metrics.observe("release"):
+            engine.release(
+                body.queue,
+                body.resources,
+                partition=body.partition,
+                user=body.user,
+                groups=body.groups,
+                application=body.application,
+                finished=body.finished,
+            )
+        return Response(status_code=204)
+
+    # -- queues ------------------------------------------------------------------------------
+    @router.get("/queues/{path}/usage", response_model=dict[str, models.UsageOut], tags=["queues"])
+    def usage(
+        path: str,
+        token: Annotated[Token, reader],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> dict[str, models.UsageOut]:
+        """Usage of the queue's whole subtree per resource, with its limit."""
+        check_scope(token, partition, queues.validate_queue(path))
+        return {res: models.UsageOut.of(u) for res, u in engine.usage(path, partition=partition).items()}
+
+    @router.put("/queues/{path}/limits", response_model=models.VersionOut, tags=["queues"])
+    def set_limits(path: str, body: models.LimitsBody, token: Annotated[Token, admin]) -> models.VersionOut:
+        """Set (or with null remove) the queue's limits; validated like a config change."""
+        check_scope(token, body.partition, queues.validate_queue(path))
+        with metrics.observe("set_limits"):
+            return models.VersionOut(
+                version=engine.set_limits(path, body.resources, partition=body.partition)
+            )
+
+    # -- configuration -----------------------------------------------------------------------
+    @router.get("/config", tags=["config"])
+    def get_config(token: Annotated[Token, reader]) -> dict[str, Any]:
+        """The YuniKorn queue configuration in force, with its version."""
+        check_scope(token, None, None)
+        return {"version": engine.config_version(), "config": engine.config()}
+
+    config_body = {
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+        "required": True,
+    }
+
+    @router.put(
+        "/config",
+        response_model=models.VersionOut,
+        tags=["config"],
+        openapi_extra={"requestBody": config_body},
+    )
+    async def put_config(request: Request, token: Annotated[Token, admin]) -> models.VersionOut:
+        """Apply a configuration (all or nothing); YAML as application/yaml, or JSON."""
+        check_scope(token, None, None)
+        source = await _config_source(request)
+        with metrics.observe("apply_config"):
+            version = await _threaded(engine.apply_config, source)
+        return models.VersionOut(version=version)
+
+    @router.post(
+        "/config/validate",
+        response_model=models.ValidationOut,
+        tags=["config"],
+        openapi_extra={"requestBody": config_body},
+    )
+    async def validate_config(request: Request, token: Annotated[Token, reader]) -> models.ValidationOut:
+        """Every problem of a configuration; changes nothing."""
+        source = await _config_source(request)
+        problems = await _threaded(engine.validate_config, source)
+        return models.ValidationOut(
+            allowed=not problems,
+            problems=[
+                models.ProblemOut(partition=p.partition, queue=p.queue, limit=p.limit, message=p.message)
+                for p in problems
+            ],
+        )
+
+    # -- Kubernetes --------------------------------------------------------------------------
+    @router.put(
+        "/resourcequotas/{namespace}/{name}", response_model=models.QuotaStatusOut, tags=["kubernetes"]
+    )
+    def put_quota(
+        namespace: str,
+        name: str,
+        manifest: Annotated[dict[str, Any], Body()],
+        token: Annotated[Token, admin],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> models.QuotaStatusOut:
+        """Create or replace a v1 ResourceQuota (its metadata must name this namespace/name)."""
+        check_scope(token, partition, None)
+        meta = manifest.get("metadata") or {}
+        if not isinstance(meta, dict) or meta.get("namespace") != namespace or meta.get("name") != name:
+            raise HTTPException(422, "metadata.namespace and metadata.name must match the path")
+        with metrics.observe("apply_resource_quota"):
+            status = engine.apply_resource_quota(manifest, partition=partition)
+        return models.QuotaStatusOut(**status)
+
+    @router.get(
+        "/resourcequotas/{namespace}/{name}", response_model=models.QuotaStatusOut, tags=["kubernetes"]
+    )
+    def get_quota(
+        namespace: str,
+        name: str,
+        token: Annotated[Token, reader],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> models.QuotaStatusOut:
+        """``status.hard`` and ``status.used`` in Kubernetes quantities."""
+        check_scope(token, partition, None)
+        return models.QuotaStatusOut(**engine.resource_quota_status(namespace, name, partition=partition))
+
+    @router.delete("/resourcequotas/{namespace}/{name}", status_code=204, tags=["kubernetes"])
+    def delete_quota(
+        namespace: str,
+        name: str,
+        token: Annotated[Token, admin],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> Response:
+        check_scope(token, partition, None)
+        engine.delete_resource_quota(namespace, name, partition=partition)
+        return Response(status_code=204)
+
+    @router.put("/resourcequotas/admission", status_code=204, tags=["kubernetes"])
+    def put_admission(
+        manifest: Annotated[dict[str, Any], Body()],
+        token: Annotated[Token, admin],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> Response:
+        """The ResourceQuota admission configuration (``limitedResources``)."""
+        check_scope(token, partition, None)
+        engine.apply_admission_config(manifest, partition=partition)
+        return Response(status_code=204)
+
+    return router
+
+
+async def _config_source(request: Request) -> Any:
+    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in ("application/json", ""):
+        try:
+            return json.loads(raw or b"null")
+        except ValueError as error:
+            raise HTTPException(422, f"body is not JSON: {error}") from error
+    if kind in ("application/yaml", "application/x-yaml", "text/yaml", "text/plain"):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HTTPException(422, "body is not UTF-8") from error
+    raise HTTPException(415, f"unsupported content type {kind!r}: use application/yaml or application/json")
+
+
+async def _threaded(function: Any, *args: Any) -> Any:
+    return await run_in_threadpool(function, *args)

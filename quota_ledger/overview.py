@@ -1,0 +1,39 @@
+"""What the dashboard and the metrics show: read-only views over the ledger."""
+
+from __future__ import annotations
+
+from quota_ledger import audit, queues
+from quota_ledger.driver import reads
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.limits import QUEUE, SUBTREE
+from quota_ledger.values import Reservation, Usage
+
+
+def pending_summary(engine: QuotaEngine) -> list[tuple[str, int, float]]:
+    """(partition, pending reservations, age in seconds of the oldest)."""
+    return engine.driver.run(lambda tx: reads.pending_summary(tx.conn))
+
+
+def soonest_expiring(engine: QuotaEngine, partition: str = "default", limit: int = 20) -> list[Reservation]:
+    queues.validate_partition(partition)
+    found = engine.driver.run(lambda tx: reads.soonest_expiring(tx.conn, partition, limit))
+    return [s.reservation for s in found]
+
+
+def queue_tree(engine: QuotaEngine, partition: str = "default") -> dict[str, dict[str, Usage]]:
+    """Every queue with usage or a limit (and its ancestors): subtree usage and own limit."""
+    queues.validate_partition(partition)
+    counters = engine.driver.run(lambda tx: tx.all_counters(partition), isolation="REPEATABLE READ")
+    own_in_use = {(c.scope, c.resource): c.in_use for c in counters if c.scope_type == QUEUE}
+    own_reserved = {(c.scope, c.resource): c.reserved for c in counters if c.scope_type == QUEUE}
+    in_use, reserved = audit.subtree_totals(own_in_use), audit.subtree_totals(own_reserved)
+    limited = {(c.scope, c.resource): c for c in counters if c.scope_type == SUBTREE}
+    tree: dict[str, dict[str, Usage]] = {}
+    for key in sorted(set(in_use) | set(limited)):
+        queue, resource = key
+        if (counter := limited.get(key)) is not None:  # the limit's own counter holds the subtree sum
+            usage = Usage(in_use=counter.in_use, reserved=counter.reserved, limit=counter.limit)
+        else:
+            usage = Usage(in_use=in_use.get(key, 0), reserved=reserved.get(key, 0), limit=None)
+        tree.setdefault(queue, {})[resource] = usage
+    return tree
