@@ -137,3 +137,11 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+class YAPIError(BaseModel):
+    """YuniKorn's error body."""
+
+    status_code: int
+    message: str
+    description: str

@@ -1,8 +1,7 @@
 """Operations: health, readiness, Prometheus metrics and the audit."""
 
-
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
@@ -18,6 +17,15 @@ from quota_ledger.tokens import Token
 
 def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRouter:
     router = APIRouter(tags=["operations"])
+    guarded: dict[int | str, dict[str, Any]] = {
+        code: {"model": models.ErrorOut, "description": text}
+        for code, text in (
+            (401, "no or unknown token"),
+            (403, "wrong role or partition"),
+            (422, "invalid request"),
+            (503, "database unavailable"),
+        )
+    }
     reader = Depends(auth.require("reader"))
 
     @router.get("/healthz")
@@ -45,12 +53,12 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
             )
         return JSONResponse({"status": "ready", "schema": current})
 
-    @router.get("/metrics", response_class=Response)
+    @router.get("/metrics", response_class=Response, responses=guarded)
     def prometheus(token: Annotated[Token, reader]) -> Response:
         """Prometheus text format."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @router.post("/v1/audit", response_model=list[models.DriftOut])
+    @router.post("/v1/audit", response_model=list[models.DriftOut], responses=guarded)
     def audit(
         token: Annotated[Token, reader],
         fix: Annotated[bool, Query()] = False,

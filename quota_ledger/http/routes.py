@@ -1,6 +1,5 @@
 """The ledger and admin endpoints under ``/v1``. Each handler is one engine call."""
 
-
 import json
 from typing import Annotated, Any
 

@@ -5,7 +5,6 @@ the pending reservations that expire next; the ResourceQuota status table. Open 
 ``/ui?token=...`` (a reader token): the token is then kept in an HTTP-only cookie.
 """
 
-
 import html
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from quota_ledger import overview, queues
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.quantity import format_quantity
 from quota_ledger.values import Usage
@@ -34,7 +34,11 @@ th{background:#eef1f5}.num{text-align:right;font-variant-numeric:tabular-nums}
 def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
     router = APIRouter(tags=["dashboard"])
 
-    @router.get("/ui", response_class=HTMLResponse)
+    @router.get(
+        "/ui",
+        response_class=HTMLResponse,
+        responses={code: {"model": models.ErrorOut} for code in (401, 403, 422, 503)},
+    )
     def dashboard(
         request: Request,
         partition: Annotated[str, Query(max_length=64)] = "default",

@@ -4,7 +4,6 @@ Errors use YuniKorn's ``YAPIError`` body ``{status_code, message, description}``
 YuniKorn, whose tracker is global, the ``{partition}`` path segment selects the partition.
 """
 
-
 import re
 from typing import Annotated, Any
 from urllib.parse import unquote
@@ -15,6 +14,7 @@ from fastapi.responses import JSONResponse
 from quota_ledger import queues
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import GroupNotFound, InvalidRequest, UserNotFound
+from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.tokens import Token
 
@@ -29,7 +29,15 @@ def yapi_error(status: int, message: str) -> JSONResponse:
 
 
 def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
-    router = APIRouter(prefix="/ws/v1/partition/{partition}", tags=["yunikorn"])
+    responses: dict[int | str, dict[str, Any]] = {
+        400: {"model": models.YAPIError, "description": "missing or invalid name"},
+        401: {"model": models.ErrorOut, "description": "no or unknown token"},
+        403: {"model": models.ErrorOut, "description": "wrong role or partition"},
+        404: {"model": models.YAPIError, "description": "user or group not found"},
+        422: {"model": models.ErrorOut, "description": "invalid request"},
+        503: {"model": models.ErrorOut, "description": "database unavailable"},
+    }
+    router = APIRouter(prefix="/ws/v1/partition/{partition}", tags=["yunikorn"], responses=responses)
     reader = Depends(auth.require("reader"))
 
     def scoped(token: Token, partition: str) -> str | JSONResponse:
