@@ -19,6 +19,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-keyfile", help="and this PEM private key")
     p.add_argument("--no-migrate", action="store_true", help="do not upgrade the schema at start")
     p.add_argument("--no-sweep", action="store_true", help="do not run the expiry sweeper")
+    p.add_argument(
+        "--workers", type=int, help="worker processes (env QUOTA_LEDGER_WORKERS, default 1; each sweeps)"
+    )
     p.set_defaults(handler=_serve)
     tok = sub.add_parser("tokens", help="bearer tokens of the HTTP service").add_subparsers(
         title="tokens commands", metavar="ACTION"
@@ -60,6 +63,10 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
     if not args.no_migrate:
         served.migrate()
     scheme = "https" if settings.tls_certfile else "http"
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers > 1:
+        served.close()
+        return _serve_workers(settings, workers, scheme, no_sweep=args.no_sweep, verbose=bool(args.verbose))
     app = create_app(served, settings, sweep=not args.no_sweep)
     config = uvicorn.Config(
         app,
@@ -92,6 +99,43 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         server.run()
     finally:
         served.close()
+    return 0
+
+
+def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: bool, verbose: bool) -> int:
+    """Several processes behind one socket; each builds its app from the environment."""
+    import os
+
+    import uvicorn
+
+    if settings.port == 0:
+        print("error: --workers needs an explicit --port", file=sys.stderr)
+        return 2
+    os.environ.update(
+        {
+            f"QUOTA_LEDGER_{name.upper()}": str(value)
+            for name, value in settings.model_dump().items()
+            if value is not None
+        }
+    )
+    if no_sweep:
+        os.environ["QUOTA_LEDGER_NO_SWEEP"] = "1"
+    print(
+        f"quota-ledger serving on {scheme}://{settings.host}:{settings.port}  ({workers} workers; "
+        "dashboard: /ui, API: /docs)",
+        flush=True,
+    )
+    uvicorn.run(
+        "quota_ledger.http.asgi:create",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        ssl_certfile=settings.tls_certfile,
+        ssl_keyfile=settings.tls_keyfile,
+        log_level="info" if verbose else "warning",
+        access_log=verbose,
+    )
     return 0
 
 

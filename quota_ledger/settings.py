@@ -24,3 +24,4 @@ class Settings(BaseSettings):
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
+    workers: int = Field(1, ge=1, le=64, description="worker processes of the HTTP service")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from quota_ledger import tokens
 from quota_ledger.engine import QuotaEngine
@@ -28,24 +29,35 @@ class Authenticator:
         self._lock = threading.Lock()
 
     def token_of(self, request: Request) -> Token:
+        found = self.lookup(self._presented(request))
+        if found is None:
+            raise HTTPException(401, "unknown or revoked token", headers=_CHALLENGE)
+        return found
+
+    @staticmethod
+    def _presented(request: Request) -> str:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value:
             value = request.cookies.get("quota_ledger_token", "")
         if not value:
             raise HTTPException(401, "a bearer token is required", headers=_CHALLENGE)
-        found = self.lookup(value.strip())
-        if found is None:
-            raise HTTPException(401, "unknown or revoked token", headers=_CHALLENGE)
-        return found
+        return value.strip()
+
+    def cached(self, value: str) -> tuple[bool, Token | None]:
+        """(hit, token) from the cache alone, without the database."""
+        with self._lock:
+            entry = self._cache.get(tokens.digest(value))
+        if entry is not None and entry[0] > time.monotonic():
+            return True, entry[1]
+        return False, None
 
     def lookup(self, value: str) -> Token | None:
+        hit, found = self.cached(value)
+        if hit:
+            return found
         now = time.monotonic()
         key = tokens.digest(value)
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None and cached[0] > now:
-                return cached[1]
         found = tokens.verify(self.engine, value)
         with self._lock:
             if len(self._cache) > 10_000:
@@ -53,9 +65,16 @@ class Authenticator:
             self._cache[key] = (now + self.cache_seconds, found)
         return found
 
-    def require(self, role: str) -> Callable[[Request], Token]:
-        def dependency(request: Request) -> Token:
-            token = self.token_of(request)
+    def require(self, role: str) -> Callable[[Request], Awaitable[Token]]:
+        async def dependency(request: Request) -> Token:
+            # On the event loop when the token is cached (no thread hop); the database is asked
+            # from a worker thread otherwise.
+            value = self._presented(request)
+            hit, token = self.cached(value)
+            if not hit:
+                token = await run_in_threadpool(self.lookup, value)
+            if token is None:
+                raise HTTPException(401, "unknown or revoked token", headers=_CHALLENGE)
             if not token.allows(role):
                 raise HTTPException(403, f"this needs the {role} role; the token has {token.role}")
             request.state.token = token
