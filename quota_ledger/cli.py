@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -22,6 +22,7 @@ from quota_ledger import cli_service, migrate, sweeper
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
 from quota_ledger.quantity import format_quantity
+from quota_ledger.remote import RemoteEngine
 from quota_ledger.settings import Settings
 from quota_ledger.values import Reservation, Usage
 
@@ -33,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Global options may come before or after the command; parents share their actions, so
     # their defaults are filled in here rather than with set_defaults.
-    for name, default in (("db", None), ("json", False), ("verbose", False), ("settings", None)):
+    for name, default in (
+        ("db", None), ("json", False), ("verbose", False), ("settings", None), ("url", None), ("token", None)
+    ):
         if not hasattr(args, name):
             setattr(args, name, default)
     if not hasattr(args, "handler"):
@@ -43,7 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings_file = getattr(args, "settings", None) or os.environ.get("QUOTA_LEDGER_SETTINGS_FILE")
     overrides: dict[str, Any] = {} if args.db is None else {"db": args.db}
     settings = Settings(_env_file=settings_file, **overrides)  # type: ignore[call-arg]
-    engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl)
+    url = args.url or os.environ.get("QUOTA_LEDGER_URL")
+    if url and args.handler in _local_only():
+        print("error: this command works on the database (--db), not through --url", file=sys.stderr)
+        return EXIT_USAGE
+    if url:
+        # The service client has the engine's methods and raises the engine's errors.
+        engine = cast(QuotaEngine, RemoteEngine(url, args.token or os.environ.get("QUOTA_LEDGER_TOKEN")))
+    else:
+        engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl)
     try:
         handler: Callable[[QuotaEngine, argparse.Namespace, Settings], int] = args.handler
         return handler(engine, args, settings)
@@ -64,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- commands ------------------------------------------------------------------------------------
+def _local_only() -> set[Any]:
+    return {_db_upgrade, _db_downgrade, _db_current, _sweep, *cli_service.LOCAL_ONLY}
+
+
 def _db_upgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     engine.migrate(args.revision)
     _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
@@ -307,6 +322,12 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--db", default=argparse.SUPPRESS, help="database URL (env QUOTA_LEDGER_DB)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--url", default=argparse.SUPPRESS, help="talk to a running service instead (env QUOTA_LEDGER_URL)"
+    )
+    common.add_argument(
+        "--token", default=argparse.SUPPRESS, help="bearer token for --url (env QUOTA_LEDGER_TOKEN)"
+    )
     common.add_argument(
         "--settings",
         default=argparse.SUPPRESS,

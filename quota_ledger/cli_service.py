@@ -179,3 +179,6 @@ def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) 
     tokens.revoke(engine, args.name)
     print(f"revoked token {args.name}")
     return 0
+
+#: commands that need the database itself, not a service URL
+LOCAL_ONLY = {_serve, _tokens_add, _tokens_list, _tokens_revoke}

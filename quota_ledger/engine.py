@@ -366,6 +366,15 @@ class QuotaEngine:
             raise ReservationNotFound(str(reservation_id))
         return found.reservation
 
+    def get_by_key(self, key: str, *, partition: str = DEFAULT_PARTITION) -> Reservation:
+        """The reservation made with this idempotency key."""
+        queues.validate_partition(partition)
+        name = arguments.optional_name(key, "key")
+        found = self.driver.run(lambda tx: tx.find_reservation_by_key(partition, name))
+        if found is None:
+            raise ReservationNotFound(name)
+        return found.reservation
+
     def commit(self, reservation_id: str, resources: Mapping[str, Any] | None = None) -> Reservation:
         """Turn a pending reservation into in-use usage.
 
@@ -494,10 +503,7 @@ class QuotaEngine:
         lookup = arguments.optional_name(key if key is not None else request.uid, "key")
         if lookup is None:
             raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
-        found = self.driver.run(lambda tx: tx.find_reservation_by_key(partition, lookup))
-        if found is None:
-            raise ReservationNotFound(lookup)
-        return self.release_reservation(found.reservation.id, finished=finished)
+        return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
 
     # -- Kubernetes ResourceQuota ----------------------------------------------------------
     def apply_resource_quota(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:

@@ -76,6 +76,17 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         found = engine.get(reservation_id)
         check_scope(token, found.partition, found.queue)
 
+    @router.get("/reservations", response_model=models.ReservationOut, tags=["ledger"])
+    def find_reservation(
+        token: Annotated[Token, reader],
+        key: Annotated[str, Query(max_length=255)],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> models.ReservationOut:
+        """The reservation made with this idempotency key (a pod's uid for ``reserve_pod``)."""
+        found = engine.get_by_key(key, partition=partition)
+        check_scope(token, found.partition, found.queue)
+        return models.ReservationOut.of(found)
+
     @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
     def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
         found = engine.get(reservation_id)
@@ -153,6 +164,38 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
             return models.VersionOut(
                 version=engine.set_limits(path, body.resources, partition=body.partition)
             )
+
+    @router.get("/limits", response_model=dict[str, dict[str, int]], tags=["queues"])
+    def limits(
+        token: Annotated[Token, reader], partition: Annotated[str, Query(max_length=64)] = "default"
+    ) -> dict[str, dict[str, int]]:
+        """Every limit in the partition: ``{queue: {resource: limit}}``."""
+        check_scope(token, partition, None)
+        return engine.limits(partition=partition)
+
+    @router.get("/applications/{application}/summary", tags=["queues"])
+    def application_summary(
+        application: str,
+        token: Annotated[Token, reader],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> dict[str, Any]:
+        """The usage summary of the application's last finished run."""
+        check_scope(token, partition, None)
+        return engine.application_summary(application, partition=partition)
+
+    @router.put("/namespaces/{name}", tags=["kubernetes"])
+    def put_namespace(
+        name: str,
+        manifest: Annotated[dict[str, Any], Body()],
+        token: Annotated[Token, admin],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> dict[str, str]:
+        """Place a Kubernetes Namespace on its queue (YuniKorn's annotations); returns the queue."""
+        check_scope(token, partition, None)
+        meta = manifest.get("metadata") or {}
+        if not isinstance(meta, dict) or meta.get("name") != name:
+            raise HTTPException(422, "metadata.name must match the path")
+        return {"queue": engine.apply_namespace(manifest, partition=partition)}
 
     # -- configuration -----------------------------------------------------------------------
     @router.get("/config", tags=["config"])

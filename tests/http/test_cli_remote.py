@@ -1,0 +1,87 @@
+"""The CLI driving a running service (``--url``, ``--token``) as it drives a database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from http_support import Service
+
+
+def cli(service: Service, *args: str, role: str = "admin") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTA_LEDGER_")}
+    env |= {"QUOTA_LEDGER_URL": service.base, "QUOTA_LEDGER_TOKEN": service.tokens[role]}
+    return subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_ledger_commands_through_the_service(service: Service, tmp_path: Path) -> None:
+    ok(cli(service, "limits", "set", "root.a", "fpga=2"))
+    assert json.loads(ok(cli(service, "limits", "show", "--json")))["root.a"] == {"fpga": 2}
+    made = json.loads(
+        ok(cli(service, "reserve", "root.a", "fpga=1", "--key", "k1", "--json", role="service"))
+    )
+    assert made["state"] == "pending"
+    over = cli(service, "reserve", "root.a", "fpga=2", "--json", role="service")
+    assert over.returncode == 3
+    assert json.loads(over.stderr)["violations"][0]["scope"] == "root.a"
+    assert "committed" in ok(cli(service, "commit", made["id"], role="service"))
+    usage = json.loads(ok(cli(service, "usage", "root.a", "--json", role="reader")))
+    assert usage["fpga"] == {"in_use": 1, "reserved": 0, "limit": 2, "available": 1}
+    assert "fpga" in ok(cli(service, "usage", "root.a", role="reader"))
+    ok(cli(service, "release", "root.a", "fpga=1", role="service"))
+    assert "audit clean" in ok(cli(service, "audit", role="reader"))
+    denied = cli(service, "limits", "set", "root.a", "fpga=3", role="reader")
+    assert denied.returncode == 1
+    assert "403" in denied.stderr
+
+
+def test_config_users_and_kubernetes_through_the_service(service: Service, tmp_path: Path) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text(
+        "partitions:\n  - name: default\n    queues:\n      - name: root\n        queues:\n"
+        "          - name: dev\n            limits:\n"
+        "              - {users: [sue], maxresources: {vcore: 2}}\n"
+    )
+    assert "version 1" in ok(cli(service, "config", "apply", str(config)))
+    assert "name: dev" in ok(cli(service, "config", "show", role="reader"))
+    ok(cli(service, "reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", role="service"))
+    assert json.loads(ok(cli(service, "users", "sue", role="reader")))["userName"] == "sue"
+    quota = tmp_path / "quota.yaml"
+    quota.write_text("kind: ResourceQuota\nmetadata: {name: q, namespace: team}\nspec: {hard: {pods: '1'}}\n")
+    assert json.loads(ok(cli(service, "quota", "apply", str(quota))))["used"] == {"pods": "0"}
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nmetadata: {name: web, namespace: team, uid: u-9}\n"
+        "spec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}]}\n"
+    )
+    reserved = json.loads(ok(cli(service, "pod", "reserve", str(pod), "--json", role="service")))
+    ok(cli(service, "commit", reserved["id"], role="service"))
+    assert json.loads(ok(cli(service, "quota", "status", "team", "q", role="reader")))["used"] == {
+        "pods": "1"
+    }
+    ok(cli(service, "pod", "release", str(pod), role="service"))
+    assert json.loads(ok(cli(service, "quota", "status", "team", "q", role="reader")))["used"] == {
+        "pods": "0"
+    }
+
+
+def test_database_only_commands_refuse_a_url(service: Service) -> None:
+    for args in (("db", "upgrade"), ("sweep", "--once"), ("tokens", "list")):
+        refused = cli(service, *args)
+        assert refused.returncode == 2, args
+        assert "--db" in refused.stderr
