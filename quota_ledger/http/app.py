@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from quota_ledger import sweeper
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import errors, ops, routes, ui, yunikorn
+from quota_ledger.http import docs, errors, ops, routes, ui, yunikorn
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.settings import Settings
@@ -113,12 +113,17 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
         description="Reserve resources against queue, user, group and Kubernetes ResourceQuota limits, "
         "then commit or roll back.",
         lifespan=lifespan,
+        # The document and the docs page need a token too (only /healthz and /readyz do not).
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     errors.install(app)
     app.include_router(ops.build(engine, auth, metrics))
     app.include_router(routes.build(engine, auth, metrics))
     app.include_router(yunikorn.build(engine, auth))
     app.include_router(ui.build(engine, auth))
+    app.include_router(docs.build(app, auth))
     app.add_middleware(BodyLimit)
     app.state.engine = engine
     app.state.metrics = metrics

@@ -19,7 +19,13 @@ QUOTA = {
 }
 #: (method, path, body, lowest role that may call it)
 ENDPOINTS: list[tuple[str, str, Any, str]] = [
+    ("GET", "/openapi.json", None, "reader"),
+    ("GET", "/docs", None, "reader"),
     ("GET", "/metrics", None, "reader"),
+    ("GET", "/v1/reservations?key=nope", None, "reader"),
+    ("GET", "/v1/limits", None, "reader"),
+    ("GET", "/v1/applications/app-1/summary", None, "reader"),
+    ("PUT", "/v1/namespaces/team", {"kind": "Namespace", "metadata": {"name": "team"}}, "admin"),
     ("GET", "/ui", None, "reader"),
     ("POST", "/v1/reservations", {"queue": "root.a", "resources": {"fpga": 1}}, "service"),
     ("GET", f"/v1/reservations/{ZERO_ID}", None, "reader"),
