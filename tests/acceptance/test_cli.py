@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,15 @@ def test_serve_and_tokens(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_settings_come_from_a_settings_file(tmp_path: Path) -> None:
+    target = tmp_path / "from-file.db"
+    settings = tmp_path / "quota-ledger.env"
+    settings.write_text(f"QUOTA_LEDGER_DB=sqlite:///{target}\nQUOTA_LEDGER_DEFAULT_TTL=42\n")
+    ok(cli("db", "upgrade", "--settings", str(settings), cwd=tmp_path))
+    assert target.exists()
+    reserve = ("reserve", "root.a", "fpga=1", "--json", "--settings", str(settings))
+    made = json.loads(ok(cli(*reserve, cwd=tmp_path)))
+    created = datetime.fromisoformat(made["created_at"])
+    assert (datetime.fromisoformat(made["expires_at"]) - created).total_seconds() == 42
