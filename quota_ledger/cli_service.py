@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from typing import Any
 
 from quota_ledger import tokens
@@ -120,11 +121,13 @@ def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: b
     )
     if no_sweep:
         os.environ["QUOTA_LEDGER_NO_SWEEP"] = "1"
-    print(
+    announcement = (
         f"quota-ledger serving on {scheme}://{settings.host}:{settings.port}  ({workers} workers; "
-        "dashboard: /ui, API: /docs)",
-        flush=True,
+        "dashboard: /ui, API: /docs)"
     )
+    threading.Thread(
+        target=_announce_when_up, args=(scheme, settings.host, settings.port, announcement), daemon=True
+    ).start()
     uvicorn.run(
         "quota_ledger.http.asgi:create",
         factory=True,
@@ -137,6 +140,24 @@ def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: b
         access_log=verbose,
     )
     return 0
+
+
+def _announce_when_up(scheme: str, host: str, port: int, announcement: str) -> None:
+    """Print the announcement once a worker answers /healthz (workers start after the parent)."""
+    import ssl
+    import time
+    import urllib.request
+
+    context = ssl._create_unverified_context() if scheme == "https" else None  # noqa: S323 - a local probe
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{scheme}://{host}:{port}/healthz", timeout=1, context=context)  # noqa: S310
+        except OSError:
+            time.sleep(0.1)
+            continue
+        print(announcement, flush=True)
+        return
 
 
 def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
