@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 from typing import Any
@@ -172,11 +173,7 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
     if args.json:
         import json
 
-        print(
-            json.dumps(
-                [t.__dict__ if hasattr(t, "__dict__") else _row(t) for t in found], default=str, indent=2
-            )
-        )
+        print(json.dumps([dataclasses.asdict(t) for t in found], default=str, indent=2))
         return 0
     for t in found:
         state = "revoked" if t.revoked_at else "active"
@@ -185,21 +182,11 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
     return 0
 
 
-def _row(token: tokens.Token) -> dict[str, Any]:
-    return {
-        "name": token.name,
-        "role": token.role,
-        "partition": token.partition,
-        "queue": token.queue,
-        "created_at": token.created_at,
-        "revoked_at": token.revoked_at,
-    }
-
-
 def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     tokens.revoke(engine, args.name)
     print(f"revoked token {args.name}")
     return 0
+
 
 #: commands that need the database itself, not a service URL
 LOCAL_ONLY = {_serve, _tokens_add, _tokens_list, _tokens_revoke}

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection, Integer, bindparam, func, select
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.schema import reservations
-from quota_ledger.driver.statements import _FIND_BY_ID, StoredReservation, _one
+from quota_ledger.driver.statements import _READ_MANY, StoredReservation, _many
 
 _R = reservations.c
 # pending_summary: per partition, pending reservations and the oldest one's creation time.
@@ -38,8 +36,7 @@ def pending_summary(conn: Connection) -> list[tuple[str, int, float]]:
 
 def soonest_expiring(conn: Connection, partition: str, limit: int) -> list[StoredReservation]:
     ids = list(conn.execute(_SOONEST, {"p": partition, "n": limit}).scalars())
-    found = [_one(conn.execute(_FIND_BY_ID, {"id": rid}).all()) for rid in ids]
-    return [f for f in found if f is not None]
-
-
-__all__: list[Any] = ["pending_summary", "soonest_expiring"]
+    if not ids:
+        return []
+    found = _many(conn.execute(_READ_MANY, {"ids": ids}).all())
+    return sorted(found, key=lambda s: s.reservation.expires_at)

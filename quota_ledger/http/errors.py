@@ -64,12 +64,16 @@ def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
     return found
 
 
-def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
-    status, code = 500, "internal"
+def status_of(error: errors.QuotaLedgerError) -> tuple[int, str]:
+    """(HTTP status, error code) of a ledger error."""
     for cls, http_status, name in _TABLE:
         if isinstance(error, cls):
-            status, code = http_status, name
-            break
+            return http_status, name
+    return 500, "internal"
+
+
+def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
+    status, code = status_of(error)
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
     message = str(error) if status != 500 else "internal error"
     return JSONResponse(body(code, message, **_details(error)), status_code=status, headers=headers)

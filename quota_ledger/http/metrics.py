@@ -72,7 +72,7 @@ class Metrics:
                 self.refusals.labels(violation.partition, violation.resource).inc()
             raise
         except QuotaLedgerError as error:
-            outcome = http_errors.ledger_response(error).status_code.__str__()
+            outcome = str(http_errors.status_of(error)[0])
             raise
         except Exception:
             outcome = "error"

@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 
 from quota_ledger import migrate
@@ -66,9 +66,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     ) -> list[models.DriftOut]:
         """Counters that disagree with the ledger's history; ``fix=true`` (admin) repairs them."""
         if fix and not token.allows("admin"):
-            return JSONResponse(  # type: ignore[return-value]
-                {"error": {"code": "forbidden", "message": "fixing needs the admin role"}}, 403
-            )
+            raise HTTPException(403, "fixing needs the admin role")
         check_scope(token, partition, None)
         drifts = engine.audit(fix=fix, partition=partition)
         metrics.drift_found.inc(len(drifts))

@@ -223,7 +223,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         check_scope(token, None, None)
         source = await _config_source(request)
         with metrics.observe("apply_config"):
-            version = await _threaded(engine.apply_config, source)
+            version = await run_in_threadpool(engine.apply_config, source)
         return models.VersionOut(version=version)
 
     @router.post(
@@ -235,7 +235,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     async def validate_config(request: Request, token: Annotated[Token, reader]) -> models.ValidationOut:
         """Every problem of a configuration; changes nothing."""
         source = await _config_source(request)
-        problems = await _threaded(engine.validate_config, source)
+        problems = await run_in_threadpool(engine.validate_config, source)
         return models.ValidationOut(
             allowed=not problems,
             problems=[
@@ -316,7 +316,3 @@ async def _config_source(request: Request) -> Any:
         except UnicodeDecodeError as error:
             raise HTTPException(422, "body is not UTF-8") from error
     raise HTTPException(415, f"unsupported content type {kind!r}: use application/yaml or application/json")
-
-
-async def _threaded(function: Any, *args: Any) -> Any:
-    return await run_in_threadpool(function, *args)

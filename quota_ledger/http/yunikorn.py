@@ -5,6 +5,7 @@ YuniKorn, whose tracker is global, the ``{partition}`` path segment selects the 
 """
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import unquote
 
@@ -54,21 +55,35 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
         found = scoped(token, partition)
         return found if isinstance(found, JSONResponse) else engine.user_usages(partition=found)
 
-    @router.get("/usage/user/{user}", response_model=dict[str, Any])
-    def user(partition: str, user: str, token: Annotated[Token, reader]) -> Any:
-        """``UserResourceUsageDAOInfo``: userName, groups {app: group}, queues (the usage tree)."""
+    def named(
+        token: Token,
+        partition: str,
+        raw: str,
+        rule: re.Pattern[str],
+        kind: str,
+        fetch: Callable[[str, str], dict[str, Any]],
+        missing: type[Exception],
+    ) -> Any:
+        """One user's or group's usage, with YuniKorn's 400/404 answers."""
         found = scoped(token, partition)
         if isinstance(found, JSONResponse):
             return found
-        name = unquote(user)
+        name = unquote(raw)
         if not name:
             return yapi_error(400, "Missing parameters")
-        if not USER.match(name):
-            return yapi_error(400, "Invalid user name")
+        if not rule.match(name):
+            return yapi_error(400, f"Invalid {kind} name")
         try:
-            return engine.user_usage(name, partition=found)
-        except (UserNotFound, InvalidRequest):
-            return yapi_error(404, "User not found")
+            return fetch(name, found)
+        except (missing, InvalidRequest):
+            return yapi_error(404, f"{kind.capitalize()} not found")
+
+    @router.get("/usage/user/{user}", response_model=dict[str, Any])
+    def user(partition: str, user: str, token: Annotated[Token, reader]) -> Any:
+        """``UserResourceUsageDAOInfo``: userName, groups {app: group}, queues (the usage tree)."""
+        return named(
+            token, partition, user, USER, "user", lambda n, p: engine.user_usage(n, partition=p), UserNotFound
+        )
 
     @router.get("/usage/groups", response_model=list[dict[str, Any]])
     def groups(partition: str, token: Annotated[Token, reader]) -> Any:
@@ -79,17 +94,14 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
     @router.get("/usage/group/{group}", response_model=dict[str, Any])
     def group(partition: str, group: str, token: Annotated[Token, reader]) -> Any:
         """``GroupResourceUsageDAOInfo``: groupName, applications, queues (the usage tree)."""
-        found = scoped(token, partition)
-        if isinstance(found, JSONResponse):
-            return found
-        name = unquote(group)
-        if not name:
-            return yapi_error(400, "Missing parameters")
-        if not GROUP.match(name):
-            return yapi_error(400, "Invalid group name")
-        try:
-            return engine.group_usage(name, partition=found)
-        except (GroupNotFound, InvalidRequest):
-            return yapi_error(404, "Group not found")
+        return named(
+            token,
+            partition,
+            group,
+            GROUP,
+            "group",
+            lambda n, p: engine.group_usage(n, partition=p),
+            GroupNotFound,
+        )
 
     return router
