@@ -18,6 +18,7 @@ from quota_ledger import (
     configuring,
     identity,
     namespaces,
+    plain,
     queues,
     quota_charging,
     reports,
@@ -284,11 +285,37 @@ class QuotaEngine:
         reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
         quota_usage: dict[str, int] = kube["usage"]
+        rules_now = self._compiled
+        declined = False
+        if (
+            positive
+            and identity["user"] is None
+            and identity["application"] is None
+            and not group_list
+            and rules_now is not None
+            and plain.applies(self.driver, rules_now, partition, queue)
+        ):
+            done = plain.reserve(
+                self.driver,
+                rules_now,
+                reservation_id,
+                partition=partition,
+                queue=queue,
+                resources=positive,
+                key=key,
+                request_hash=request_hash,
+                ttl_seconds=ttl_seconds,
+                priority_class=identity["priority_class"],
+                kube=kube,
+            )
+            if done is not None:
+                return done
+            declined = True  # a lost connection may have hidden our own commit: look first
 
         def work(tx: LedgerTx) -> Reservation:
             if key is not None and (found := tx.find_reservation_by_key(partition, key)):
                 return arguments.same_request(found, partition, key, request_hash)
-            if tx.attempt and (found := tx.find_reservation(reservation_id)):
+            if (tx.attempt or declined) and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
             rules = self._rules(tx).partition(partition)
@@ -385,6 +412,10 @@ class QuotaEngine:
         """
         partial = None if resources is None else parse_resources(resources)
         operation_id = str(uuid.uuid4())
+        if partial is None and isinstance(reservation_id, str) and self.driver.functions:
+            done = plain.commit(self.driver, reservation_id, operation_id)
+            if done is not None:
+                return done
 
         def work(tx: LedgerTx) -> tuple[Reservation, bool]:
             stored, now = self._lock(tx, reservation_id)
@@ -593,6 +624,22 @@ class QuotaEngine:
         total = 0
         batches = 0
         for partition in self.driver.partitions():
+            # Plain reservations first, a whole batch per server-side call (PostgreSQL) ...
+            stale = 0
+            while self.driver.functions and (max_batches is None or batches < max_batches):
+                rules = self._compiled or self.driver.run(self._rules)
+                count = plain.expire_batch(self.driver, rules, partition, batch_size)
+                if count is None:  # the configuration changed: compile the new one, go on
+                    stale += 1
+                    if stale > 3:
+                        break
+                    self.driver.run(self._rules)
+                    continue
+                batches += 1
+                total += count
+                if count < batch_size:
+                    break
+            # ... then everything else (and, elsewhere, everything) in the general path.
             while max_batches is None or batches < max_batches:
                 done = self.driver.run(
                     partial(

@@ -7,13 +7,13 @@ import random
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, exc, select
 from sqlalchemy.engine import URL
 
-from quota_ledger.driver import dialect
+from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.statements import LedgerTx, MissingCounters
 from quota_ledger.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
@@ -47,6 +47,8 @@ class DbQuotaDriver:
         self._lock = threading.Lock()
         #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``, ``create``)
         self.retries: Tally[str] = Tally()
+        #: PostgreSQL runs plain reserve, commit and expiry as server-side functions (0004)
+        self.functions = self.backend == "postgresql"
         #: creates user/group counters (their limits are the engine's policy); set by the engine
         self.identity_creator: Callable[[LedgerTx, MissingCounters], None] | None = None
 
@@ -83,25 +85,52 @@ class DbQuotaDriver:
                     raise DatabaseUnavailable("could not create usage counters") from missing
                 self._create(missing)
             except exc.DBAPIError as error:
-                kind = dialect.classify(error)
-                if kind == dialect.MISSING_SCHEMA:
-                    raise SchemaNotReady() from error
-                if kind == dialect.FATAL:
-                    raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
-                attempt += 1
-                self._count(kind)
-                if attempt >= self.max_attempts:
-                    raise DatabaseUnavailable(
-                        f"gave up after {attempt} attempts ({kind}): {type(error.orig).__name__}"
-                    ) from error
-                self._sleep(attempt)
+                attempt = self._after_error(error, attempt)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
-                # Pool exhausted or a connection that failed its check: nothing was sent.
-                attempt += 1
-                self._count("disconnect")
-                if attempt >= self.max_attempts:
-                    raise DatabaseUnavailable(str(error)) from error
-                self._sleep(attempt)
+                attempt = self._after_pool_error(error, attempt)
+
+    def call(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+        """Run one PostgreSQL ledger function (see :mod:`.pg_functions`) as its own transaction,
+        retried as :meth:`run` retries; None when it declined or the schema has no functions."""
+        if not self.functions:
+            return None
+        attempt = 0
+        while True:
+            try:
+                return pg_functions.call(self.engine, sql, params)
+            except pg_functions.Unavailable:
+                self.functions = False
+                log.warning("no ledger functions in this database (schema before 0004): general path only")
+                return None
+            except exc.DBAPIError as error:
+                attempt = self._after_error(error, attempt)
+            except (exc.TimeoutError, exc.DisconnectionError) as error:
+                attempt = self._after_pool_error(error, attempt)
+
+    def _after_error(self, error: exc.DBAPIError, attempt: int) -> int:
+        """Raise what the caller should see, or count a retry, wait, and return the attempt."""
+        kind = dialect.classify(error)
+        if kind == dialect.MISSING_SCHEMA:
+            raise SchemaNotReady() from error
+        if kind == dialect.FATAL:
+            raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
+        attempt += 1
+        self._count(kind)
+        if attempt >= self.max_attempts:
+            raise DatabaseUnavailable(
+                f"gave up after {attempt} attempts ({kind}): {type(error.orig).__name__}"
+            ) from error
+        self._sleep(attempt)
+        return attempt
+
+    def _after_pool_error(self, error: Exception, attempt: int) -> int:
+        # Pool exhausted or a connection that failed its check: nothing was sent.
+        attempt += 1
+        self._count("disconnect")
+        if attempt >= self.max_attempts:
+            raise DatabaseUnavailable(str(error)) from error
+        self._sleep(attempt)
+        return attempt
 
     def partitions(self) -> list[str]:
         """Every partition that has ever held a counter."""

@@ -1,0 +1,67 @@
+"""Calls of the PostgreSQL functions that migration 0004 installs.
+
+A plain reservation (no user, application, groups or ResourceQuota, on counters that exist)
+is reserved, committed and expired by one statement each, run in autocommit as its own
+transaction: ``quota_ledger_reserve``, ``quota_ledger_commit`` and ``quota_ledger_expire``.
+They do exactly what the general path does for that case, in the same lock order. Anything
+else they *decline* with SQLSTATE ``QL001`` before a change survives, and the engine runs the
+general path, which stays the one source of truth for refusals and errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Engine, exc
+
+#: SQLSTATE of a function that leaves the case to the general path
+DECLINED = "QL001"
+#: SQLSTATE of a function that does not exist (a schema before 0004)
+UNDEFINED_FUNCTION = "42883"
+
+RESERVE = (
+    "SELECT quota_ledger_reserve(%(id)s, %(partition)s, %(key)s, %(request_hash)s, %(queue)s,"
+    " %(resources)s::text[], %(amounts)s::bigint[], %(ttl_us)s, %(priority_class)s, %(kube)s,"
+    " %(version)s, %(ns)s, %(k)s)"
+)
+COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
+EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"
+
+
+class Unavailable(Exception):
+    """The database has no ledger functions (its schema predates revision 0004)."""
+
+
+def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
+    """Run one function call as its own transaction; None when the function declined.
+
+    Errors come back as SQLAlchemy's ``DBAPIError`` (with ``connection_invalidated`` set when
+    the connection died), so the driver retries them exactly as it retries a transaction.
+    """
+    proxied = engine.raw_connection()
+    try:
+        raw: psycopg.Connection[Any] = proxied.driver_connection  # type: ignore[assignment]
+        try:
+            raw.autocommit = True
+            try:
+                with raw.cursor(row_factory=namedtuple_row) as cur:
+                    return cur.execute(sql, params).fetchall()
+            finally:
+                if not raw.closed:
+                    raw.autocommit = False
+        except psycopg.Error as error:
+            if error.sqlstate == DECLINED:
+                return None
+            if error.sqlstate == UNDEFINED_FUNCTION:
+                raise Unavailable() from error
+            dead = bool(raw.closed)
+            if dead:
+                proxied.invalidate(error)
+            raise exc.DBAPIError.instance(
+                sql, dict(params), error, psycopg.Error, connection_invalidated=dead
+            ) from error
+    finally:
+        proxied.close()

@@ -1,0 +1,119 @@
+"""Plain reservations on PostgreSQL: one server-side function call per reserve, commit or
+expiry batch (see :mod:`quota_ledger.driver.pg_functions` and migration 0004).
+
+A reservation is *plain* when it names no user, groups or application, asks for something,
+and its queue has no ResourceQuota and its partition no admission rule in the configuration
+the engine last compiled. The function checks that this configuration is still the one in
+force under the partition lock; when anything is not plain these helpers return None and the
+engine runs its general path, so the outcome is the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from quota_ledger.config.rules import Rules
+from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.values import Reservation, ReservationState
+
+
+def applies(driver: DbQuotaDriver, rules: Rules | None, partition: str, queue: str) -> bool:
+    """True when ``queue`` needs no ResourceQuota or admission check under ``rules``."""
+    if not driver.functions or rules is None:
+        return False
+    found = rules.partition(partition)
+    return found.admission is None and queue not in found.quotas
+
+
+def reserve(
+    driver: DbQuotaDriver,
+    rules: Rules,
+    reservation_id: str,
+    *,
+    partition: str,
+    queue: str,
+    resources: dict[str, int],
+    key: str | None,
+    request_hash: str,
+    ttl_seconds: float,
+    priority_class: str | None,
+    kube: dict[str, Any],
+) -> Reservation | None:
+    """Reserve in one call; None when the function declined (nothing was written)."""
+    names = sorted(resources)
+    ttl = timedelta(seconds=ttl_seconds)
+    rows = driver.call(
+        pg_functions.RESERVE,
+        {
+            "id": reservation_id,
+            "partition": partition,
+            "key": key,
+            "request_hash": request_hash,
+            "queue": queue,
+            "resources": names,
+            "amounts": [resources[name] for name in names],
+            "ttl_us": ttl // timedelta(microseconds=1),
+            "priority_class": priority_class,
+            "kube": json.dumps(kube, sort_keys=True, separators=(",", ":")),
+            "version": rules.version,
+            "ns": dialect.ADVISORY_NAMESPACE,
+            "k": dialect.advisory_key(partition),
+        },
+    )
+    if rows is None:
+        return None
+    now: datetime = rows[0][0]
+    return Reservation(
+        id=reservation_id,
+        state=ReservationState.PENDING,
+        partition=partition,
+        queue=queue,
+        resources=resources,
+        created_at=now.replace(tzinfo=UTC),
+        expires_at=(now + ttl).replace(tzinfo=UTC),
+        key=key,
+        priority_class=priority_class,
+    )
+
+
+def commit(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
+    """Commit a plain pending reservation whole in one call; None when the function declined
+    (not found, not pending, past its expiry, not plain: the general path says which)."""
+    rows = driver.call(pg_functions.COMMIT, {"id": reservation_id, "op": operation_id})
+    if not rows:
+        return None
+    row = rows[0]
+    resources = dict(zip(row.resources, row.amounts, strict=True))
+    return Reservation(
+        id=reservation_id,
+        state=ReservationState.COMMITTED,
+        partition=row.partition,
+        queue=row.queue,
+        resources=resources,
+        created_at=row.created_at.replace(tzinfo=UTC),
+        expires_at=row.expires_at.replace(tzinfo=UTC),
+        key=row.key,
+        priority_class=row.priority_class,
+        committed=dict(resources),
+        resolved_at=row.resolved_at.replace(tzinfo=UTC),
+    )
+
+
+def expire_batch(driver: DbQuotaDriver, rules: Rules, partition: str, batch_size: int) -> int | None:
+    """Expire up to ``batch_size`` plain reservations in one call; how many, or None when the
+    configuration changed since ``rules`` were compiled."""
+    rows = driver.call(
+        pg_functions.EXPIRE,
+        {
+            "partition": partition,
+            "limit": batch_size,
+            "skip": sorted(rules.partition(partition).quotas),
+            "version": rules.version,
+            "ns": dialect.ADVISORY_NAMESPACE,
+            "k": dialect.advisory_key(partition),
+        },
+    )
+    return None if rows is None else int(rows[0][0])
