@@ -121,9 +121,7 @@ def charges(app: AppState, counters: Iterable[Counter]) -> list[Counter]:
     ]
 
 
-def add_delta(
-    deltas: dict[int, tuple[int, int]], counter: Counter, in_use: int, reserved: int
-) -> None:
+def add_delta(deltas: dict[int, tuple[int, int]], counter: Counter, in_use: int, reserved: int) -> None:
     have = deltas.get(counter.id, (0, 0))
     deltas[counter.id] = (have[0] + in_use, have[1] + reserved)
 

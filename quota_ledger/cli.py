@@ -35,7 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Global options may come before or after the command; parents share their actions, so
     # their defaults are filled in here rather than with set_defaults.
     for name, default in (
-        ("db", None), ("json", False), ("verbose", False), ("settings", None), ("url", None), ("token", None)
+        ("db", None),
+        ("json", False),
+        ("verbose", False),
+        ("settings", None),
+        ("url", None),
+        ("token", None),
     ):
         if not hasattr(args, name):
             setattr(args, name, default)
@@ -171,7 +176,7 @@ def _usage(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
 def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     batch = args.batch_size or settings.sweep_batch_size
     if args.once:
-        expired = engine.expire(batch_size=batch)
+        expired = engine.expire(batch_size=batch, workers=args.workers)
         _say(args, {"expired": expired}, "expired {expired} reservations")
         return 0
     stop = threading.Event()
@@ -183,6 +188,7 @@ def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         engine,
         interval=interval,
         batch_size=batch,
+        workers=args.workers,
         stop=stop,
         on_round=lambda n: print(f"expired {n} reservations", file=sys.stderr, flush=True) if n else None,
     )
@@ -398,6 +404,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="one sweep, then exit")
     p.add_argument("--interval", type=float, help="seconds between sweeps (env QUOTA_LEDGER_SWEEP_INTERVAL)")
     p.add_argument("--batch-size", type=int, help="reservations per transaction")
+    p.add_argument("--workers", type=int, default=1, help="batches in flight at once, one thread each")
     p.set_defaults(handler=_sweep)
     p = sub.add_parser("audit", parents=[common], help="check counters against the ledger history")
     p.add_argument("--fix", action="store_true", help="repair counters that disagree")

@@ -45,9 +45,15 @@ def compile_stored(
     return compile_config(model.normalize(model.load(dict(document))), capacity, version, kube)
 
 
-def apply(tx: LedgerTx, edit: Edit | None = None, *, kube_edit: KubeEdit | None = None) -> int:
+def apply(
+    tx: LedgerTx,
+    edit: Edit | None = None,
+    *,
+    kube_edit: KubeEdit | None = None,
+    compiled: Callable[[Rules], None] | None = None,
+) -> int:
     """Apply ``edit(current document, current capacity)`` and ``kube_edit(Kubernetes objects)``
-    as the next version; returns it."""
+    as the next version; returns it. ``compiled`` gets the new version's rules once committed."""
     version = tx.lock_config_head()
     document, capacity, kube = tx.load_config(version)
     source, new_capacity = (edit or _unchanged)(copy.deepcopy(document), copy.deepcopy(capacity))
@@ -74,6 +80,8 @@ def apply(tx: LedgerTx, edit: Edit | None = None, *, kube_edit: KubeEdit | None 
         reconcile(tx, partition_rules, now)
         quota_charging.reconcile(tx, partition_rules, live, now)
     tx.store_config(version + 1, model.dump(config), new_capacity, kube, now)
+    if compiled is not None:
+        tx.after_commit.append(lambda: compiled(rules))
     return version + 1
 
 

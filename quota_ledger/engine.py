@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from quota_ledger import (
     arguments,
     auditing,
+    batch_loop,
     charging,
     configuring,
     identity,
@@ -106,7 +107,7 @@ class QuotaEngine:
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
         edit = configuring.set_queue_max(partition, queue, wanted)
-        return self.driver.run(lambda tx: configuring.apply(tx, edit))
+        return self.driver.run(lambda tx: self._apply(tx, edit))
 
     # -- configuration -----------------------------------------------------------------------
     def apply_config(self, source: Any) -> int:
@@ -117,7 +118,7 @@ class QuotaEngine:
         the new limits. Returns the new version.
         """
         source = arguments.read_path(source)
-        return self.driver.run(lambda tx: configuring.apply(tx, configuring.replace_with(source)))
+        return self.driver.run(lambda tx: self._apply(tx, configuring.replace_with(source)))
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
@@ -136,7 +137,7 @@ class QuotaEngine:
         edit = configuring.set_namespace_max(partition, found.queue, found.max)
 
         def work(tx: LedgerTx) -> str:
-            configuring.apply(tx, edit)
+            self._apply(tx, edit)
             tx.place_namespace(partition, found.namespace, found.queue, tx.db_now())
             return found.queue
 
@@ -286,6 +287,8 @@ class QuotaEngine:
         chain = queues.lineage(queue)
         quota_usage: dict[str, int] = kube["usage"]
         rules_now = self._compiled
+        if rules_now is None and self.driver.functions:
+            rules_now = self.driver.run(self._rules)  # once per engine
         declined = False
         if (
             positive
@@ -552,7 +555,7 @@ class QuotaEngine:
             entries = kube.setdefault(partition, {}).setdefault("quotas", {})
             entries[quota.key] = {"queue": "", "manifest": stored}
 
-        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+        self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
         return self.resource_quota_status(quota.namespace, quota.name, partition=partition)
 
     def delete_resource_quota(self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION) -> None:
@@ -567,7 +570,7 @@ class QuotaEngine:
                 raise ResourceQuotaNotFound(key)
             del entries[key]
 
-        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+        self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
 
     def apply_admission_config(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> None:
         """Set the ResourceQuota admission plugin's configuration (an AdmissionConfiguration
@@ -582,7 +585,7 @@ class QuotaEngine:
             else:
                 objects["admission"] = kube_quotas.json_safe(parsed.manifest)
 
-        self.driver.run(lambda tx: configuring.apply(tx, kube_edit=edit))
+        self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
 
     def resource_quotas(self, *, partition: str = DEFAULT_PARTITION) -> list[tuple[str, str]]:
         """(namespace, name) of every ResourceQuota in the partition."""
@@ -612,48 +615,49 @@ class QuotaEngine:
         return self.driver.run(work, isolation="REPEATABLE READ")
 
     # -- expiry ------------------------------------------------------------------------------
-    def expire(self, *, batch_size: int = 500, max_batches: int | None = None) -> int:
+    def expire(self, *, batch_size: int = 500, max_batches: int | None = None, workers: int = 1) -> int:
         """Expire pending reservations whose time ran out; returns how many.
 
         Works in batches of ``batch_size``, one short transaction each, skipping rows another
-        sweeper or a concurrent commit holds, so several sweepers can run at once and an
-        interrupted sweep loses nothing.
+        sweeper or a concurrent commit holds, so several sweepers (``workers`` threads here,
+        or other processes) can run at once and an interrupted sweep loses nothing.
+        ``max_batches`` bounds the batches of this call in all.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidRequest("batch_size must be a positive integer", field="batch_size")
+        for value, name in ((batch_size, "batch_size"), (workers, "workers")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequest(f"{name} must be a positive integer", field=name)
+        if max_batches is not None and (
+            isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0
+        ):
+            raise InvalidRequest("max_batches must be a non-negative integer or None", field="max_batches")
+        budget = batch_loop.Budget(max_batches)
         total = 0
-        batches = 0
         for partition in self.driver.partitions():
             # Plain reservations first, a whole batch per server-side call (PostgreSQL) ...
-            stale = 0
-            while self.driver.functions and (max_batches is None or batches < max_batches):
-                rules = self._compiled or self.driver.run(self._rules)
-                count = plain.expire_batch(self.driver, rules, partition, batch_size)
-                if count is None:  # the configuration changed: compile the new one, go on
-                    stale += 1
-                    if stale > 3:
-                        break
-                    self.driver.run(self._rules)
-                    continue
-                batches += 1
-                total += count
-                if count < batch_size:
-                    break
-            # ... then everything else (and, elsewhere, everything) in the general path.
-            while max_batches is None or batches < max_batches:
-                done = self.driver.run(
-                    partial(
-                        resolving.expire_batch,
-                        partition=partition,
-                        batch_size=batch_size,
-                        rules_of=partial(self._partition_rules, partition=partition),
-                    )
-                )
-                batches += 1
-                total += done
-                if done < batch_size:
-                    break
+            if self.driver.functions:
+                plain_batch = partial(self._expire_plain, partition, batch_size)
+                total += batch_loop.run(plain_batch, batch_size, budget, workers)
+            # ... then everything else (and, on the other engines, everything).
+            batch = partial(
+                self.driver.run,
+                partial(
+                    resolving.expire_batch,
+                    partition=partition,
+                    batch_size=batch_size,
+                    rules_of=partial(self._partition_rules, partition=partition),
+                ),
+            )
+            total += batch_loop.run(batch, batch_size, budget, workers)
         return total
+
+    def _expire_plain(self, partition: str, batch_size: int) -> int:
+        for _attempt in range(3):
+            rules = self._compiled or self.driver.run(self._rules)
+            count = plain.expire_batch(self.driver, rules, partition, batch_size)
+            if count is not None:
+                return count
+            self.driver.run(self._rules)  # the configuration changed: compile the new one
+        return 0  # it keeps changing: the general path sweeps what is left
 
     # -- reading -----------------------------------------------------------------------------
     def usage(self, queue: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Usage]:
@@ -776,6 +780,15 @@ class QuotaEngine:
         if found is None:
             raise ReservationNotFound(reservation_id)
         return found
+
+    def _apply(self, tx: LedgerTx, edit: configuring.Edit | None = None, **kw: Any) -> int:
+        return configuring.apply(tx, edit, compiled=self._remember, **kw)
+
+    def _remember(self, rules: Rules) -> None:
+        """Keep the newest compiled configuration (plain reservations are checked against it)."""
+        current = self._compiled
+        if current is None or rules.version > current.version:
+            self._compiled = rules
 
     # -- user/group counters -------------------------------------------------------------------
     def _rules(self, tx: LedgerTx) -> Rules:

@@ -253,4 +253,3 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
     if response.status_code == 422:
         return errors.InvalidRequest(message, field=details.get("field"))
     return errors.QuotaLedgerError(message)
-

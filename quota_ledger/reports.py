@@ -56,6 +56,7 @@ def group_report(rules: PartitionRules, group: str, apps: Iterable[AppState]) ->
     running = sorted(a.application for a in mine if a.application and a.state == RUNNING)
     if running:
         report["applications"] = running
+
     def limit_at(path: str) -> LimitRule | None:
         rule = rules.queues.get(path)
         return rule.groups.get(group) if rule is not None else None
@@ -83,9 +84,7 @@ def _tree(
         if usage := {k: v for k, v in sorted(usage.items()) if v}:
             node["resourceUsage"] = usage
         running = sorted(
-            a.application
-            for a in apps
-            if a.application and a.state == RUNNING and in_subtree(a.queue, path)
+            a.application for a in apps if a.application and a.state == RUNNING and in_subtree(a.queue, path)
         )
         if running:
             node["runningApplications"] = running

@@ -18,6 +18,7 @@ def run(
     interval: float,
     batch_size: int,
     stop: threading.Event,
+    workers: int = 1,
     on_round: Callable[[int], None] | None = None,
 ) -> int:
     """Sweep every ``interval`` seconds until ``stop`` is set; returns the total expired.
@@ -28,7 +29,7 @@ def run(
     total = 0
     while not stop.is_set():
         try:
-            expired = engine.expire(batch_size=batch_size)
+            expired = engine.expire(batch_size=batch_size, workers=workers)
         except DatabaseUnavailable as error:
             log.warning("sweep failed, will retry: %s", error)
             stop.wait(interval)

@@ -166,7 +166,7 @@ DECLARE
     v_version integer;
     v_ids text[];
     v_queues text[];
-    v_counters bigint[];
+    v_counters tid[];
     v_totals bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
@@ -201,19 +201,20 @@ BEGIN
                  generate_series(1, cardinality(p.parts)) AS k
         ) AS a
     )
-    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.total ORDER BY c.id) INTO v_counters, v_totals
-    FROM (SELECT u.id, sum(t.total)::bigint AS total FROM targets t
-          CROSS JOIN LATERAL (  -- one unique-key lookup per target (LIMIT keeps it a lookup)
-              SELECT id FROM quota_usages
-              WHERE "partition" = p_partition AND scope_type = t.scope_type AND scope = t.scope
-                AND resource = t.resource LIMIT 1
-          ) AS u
-          GROUP BY u.id) AS c;
-    -- queue counters, then subtree counters, each by scope and resource
-    PERFORM 1 FROM quota_usages WHERE id = ANY(v_counters)
-    ORDER BY scope_type = 'subtree', scope, resource FOR UPDATE;
+    -- find and lock the counters in one pass: queue counters, then subtree counters, each by
+    -- scope and resource (the canonical order)
+    SELECT array_agg(c.ctid), array_agg(c.total) INTO v_counters, v_totals
+    FROM (SELECT u.ctid, t.total FROM (
+              SELECT scope_type, scope, resource, sum(total)::bigint AS total FROM targets
+              GROUP BY scope_type, scope, resource
+          ) AS t
+          JOIN quota_usages u ON u."partition" = p_partition AND u.scope_type = t.scope_type
+                             AND u.scope = t.scope AND u.resource = t.resource
+          ORDER BY u.scope_type = 'subtree', u.scope, u.resource
+          FOR UPDATE OF u) AS c;
+    -- by physical address: a row we hold locked cannot move
     UPDATE quota_usages u SET reserved = u.reserved - d.total, updated_at = v_now
-    FROM unnest(v_counters, v_totals) AS d(id, total) WHERE u.id = d.id;
+    FROM unnest(v_counters, v_totals) AS d(tid, total) WHERE u.ctid = d.tid;
     RETURN cardinality(v_ids);
 END
 $$

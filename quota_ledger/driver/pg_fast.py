@@ -111,7 +111,7 @@ SQL: Mapping[str, str] = {
     "config_version": "SELECT version FROM quota_config_head WHERE id = 1",
     # application rows by key, sorted (step 4)
     "lock_apps": (
-        f"SELECT {_APP} FROM quota_applications WHERE \"partition\" = %(p)s"  # noqa: S608 - constants only
+        f'SELECT {_APP} FROM quota_applications WHERE "partition" = %(p)s'  # noqa: S608 - constants only
         " AND app_key = ANY(%(keys)s) ORDER BY app_key FOR UPDATE"
     ),
     # an application row this transaction holds
@@ -123,7 +123,7 @@ SQL: Mapping[str, str] = {
     ),
     # user/group counters of kinds x names x queues x resources, in canonical order (step 7)
     "lock_identity_counters": (
-        f"SELECT {_IDENTITY} FROM quota_identity_usages WHERE \"partition\" = %(p)s"  # noqa: S608
+        f'SELECT {_IDENTITY} FROM quota_identity_usages WHERE "partition" = %(p)s'  # noqa: S608
         " AND kind = ANY(%(kinds)s) AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)"
         " AND resource = ANY(%(resources)s) ORDER BY kind, name, queue, resource FOR UPDATE"
     ),

@@ -222,7 +222,7 @@ quota_applications = Table(
     Column("group_name", name_type(255), nullable=True, comment="group tracked against; NULL = none"),
     Column("state", String(16), nullable=False, comment="running or finished"),
     Column("pending", Integer, nullable=False, comment="pending reservations"),
-    Column("usage", Text, nullable=False, comment='JSON {resource: [in_use, reserved]}'),
+    Column("usage", Text, nullable=False, comment="JSON {resource: [in_use, reserved]}"),
     Column("area", Text, nullable=False, comment="JSON {resource: in_use x microseconds}"),
     Column("submitted_at", timestamp_type(), nullable=False),
     Column("started_at", timestamp_type(), nullable=True, comment="first commit"),

@@ -143,9 +143,7 @@ _KEYS_OF_USER = select(_A.app_key).where(_A.partition == bindparam("p"), _A.user
 _KEYS_OF_GROUP = select(_A.app_key).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
 # read_apps_*: reports; no lock.
 _APPS_OF_USER = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.user_name == bindparam("n"))
-_APPS_OF_GROUP = select(*_APP_COLUMNS).where(
-    _A.partition == bindparam("p"), _A.group_name == bindparam("n")
-)
+_APPS_OF_GROUP = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
 _ALL_APPS = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"))
 _INSERT_APP = sa_insert(quota_applications)
 _UPDATE_APP = (
@@ -399,17 +397,17 @@ class TrackingStatements:
     def update_app(self, app: AppState) -> None:
         v = _app_values(app)
         params = {
-                "aid": app.id,
-                "v_group": v["group_name"],
-                "v_state": v["state"],
-                "v_pending": v["pending"],
-                "v_usage": v["usage"],
-                "v_area": v["area"],
-                "v_submitted": v["submitted_at"],
-                "v_started": v["started_at"],
-                "v_finished": v["finished_at"],
-                "v_changed": v["changed_at"],
-            }
+            "aid": app.id,
+            "v_group": v["group_name"],
+            "v_state": v["state"],
+            "v_pending": v["pending"],
+            "v_usage": v["usage"],
+            "v_area": v["area"],
+            "v_submitted": v["submitted_at"],
+            "v_started": v["started_at"],
+            "v_finished": v["finished_at"],
+            "v_changed": v["changed_at"],
+        }
         if self.fast is not None:
             self.fast.run("update_app", params)
         else:

@@ -1,0 +1,262 @@
+"""The PostgreSQL functions of migration 0004 (plain reserve, commit, expiry batch).
+
+They must leave exactly the rows the general path leaves, decline whatever is not plain
+without a trace, and keep the engine's contract (refusals, idempotency, states) unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from quota_ledger import (
+    IdempotencyConflict,
+    OverQuota,
+    QuotaEngine,
+    ReservationNotFound,
+    ReservationState,
+    ReservationStateError,
+    migrate,
+)
+from quota_ledger.driver import pg_functions
+from quota_ledger.driver.dialect import normalize_url
+
+
+class Calls:
+    """Counts the function calls the driver makes and how many were declined."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[str] = []
+        self.declined: list[str] = []
+        real = pg_functions.call
+
+        def spy(engine: Any, sql: str, params: Any) -> Any:
+            name = sql.split("(", 1)[0].rsplit(" ", 1)[-1]
+            self.made.append(name)
+            rows = real(engine, sql, params)
+            if rows is None:
+                self.declined.append(name)
+            return rows
+
+        monkeypatch.setattr(pg_functions, "call", spy)
+
+
+@pytest.fixture
+def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
+    engine = QuotaEngine.from_url(postgres_url)
+    engine.set_limits("root.a", {"fpga": 4, "memory": "8Gi"})
+    engine.set_limits("root", {"fpga": 6})
+    engine.rollback(engine.reserve("root.a", {"fpga": 1, "memory": 1}).id)  # creates its counters
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    return Calls(monkeypatch)
+
+
+def rows(url: URL, sql: str) -> list[tuple[Any, ...]]:
+    engine = create_engine(normalize_url(url))
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Everything a plain reserve/commit/expire writes, without ids, clock readings and the
+    request hashes (which cover the partition's name)."""
+    p = f"'{partition}'"
+    return {
+        "counters": rows(
+            url,
+            "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
+            f" WHERE partition = {p} ORDER BY 1, 2, 3",
+        ),
+        "reservations": rows(
+            url,
+            'SELECT r."key", r.state, r.queue, r.user_name, r."groups", r.application,'
+            " r.priority_class, r.kube, r.resolved_at IS NULL, r.expires_at - r.created_at,"
+            " i.resource, i.amount, i.committed"
+            " FROM reservations r JOIN reservation_items i ON i.reservation_id = r.id"
+            f" WHERE r.partition = {p} ORDER BY r.queue, r.key, i.resource",
+        ),
+        "journal": rows(
+            url,
+            f"SELECT queue, resource, delta, kind FROM quota_journal WHERE partition = {p} ORDER BY 1, 2, 3",
+        ),
+    }
+
+
+def story(engine: QuotaEngine, partition: str) -> None:
+    """A little of everything a plain caller does."""
+    engine.set_limits("root.x", {"fpga": 10, "vcore": "8"}, partition=partition)
+    engine.set_limits("root.x.y", {"fpga": 6}, partition=partition)
+    kept = engine.reserve("root.x.y", {"fpga": 2, "vcore": "500m"}, partition=partition, key="k1", ttl=300)
+    engine.commit(kept.id)
+    engine.commit(kept.id)  # twice: returns the committed one
+    engine.rollback(engine.reserve("root.x.y", {"fpga": 1}, partition=partition, ttl=300).id)
+    engine.reserve("root.x", {"vcore": "1"}, partition=partition, priority_class="high", ttl=300)
+    with pytest.raises(OverQuota):
+        engine.reserve("root.x.y", {"fpga": 5}, partition=partition)
+    engine.release("root.x.y", {"fpga": 1}, partition=partition)
+
+
+def test_plain_calls_leave_the_rows_the_general_path_leaves(postgres_url: URL, calls: Calls) -> None:
+    fast = QuotaEngine.from_url(postgres_url)
+    general = QuotaEngine.from_url(postgres_url)
+    general.driver.functions = False
+    try:
+        story(fast, "fast")
+        story(general, "general")
+    finally:
+        fast.close()
+        general.close()
+    assert {"quota_ledger_reserve", "quota_ledger_commit"} <= set(calls.made)
+    assert snapshot(postgres_url, "fast") == snapshot(postgres_url, "general")
+    assert snapshot(postgres_url, "fast")["counters"]  # the comparison compared something
+
+
+def test_a_plain_pair_is_two_calls_and_nothing_declined(ledger: QuotaEngine, calls: Calls) -> None:
+    reservation = ledger.reserve("root.a", {"fpga": 1}, ttl=60)
+    done = ledger.commit(reservation.id)
+    assert calls.made == ["quota_ledger_reserve", "quota_ledger_commit"]
+    assert calls.declined == []
+    assert done.state is ReservationState.COMMITTED
+    assert done.committed == {"fpga": 1}
+    assert done.created_at == reservation.created_at
+    assert done.expires_at == reservation.expires_at
+    assert ledger.get(reservation.id) == done
+    assert ledger.usage("root.a")["fpga"].in_use == 1
+
+
+def test_over_quota_is_declined_and_refused_with_every_violation(
+    ledger: QuotaEngine, postgres_url: URL, calls: Calls
+) -> None:
+    ledger.commit(ledger.reserve("root.a", {"fpga": 3}).id)
+    with pytest.raises(OverQuota) as refused:
+        ledger.reserve("root.a", {"fpga": 4, "memory": "9Gi"})
+    assert {(v.scope, v.resource) for v in refused.value.violations} == {
+        ("root.a", "fpga"),
+        ("root", "fpga"),
+        ("root.a", "memory"),
+    }
+    assert calls.declined == ["quota_ledger_reserve"]
+    assert rows(postgres_url, "SELECT state, count(*) FROM reservations GROUP BY state ORDER BY state") == [
+        ("committed", 1),
+        ("rolled_back", 1),  # the fixture's
+    ]
+    assert ledger.usage("root.a")["fpga"].reserved == 0
+
+
+def test_a_new_queue_is_declined_then_reserved_by_the_general_path(ledger: QuotaEngine, calls: Calls) -> None:
+    first = ledger.reserve("root.a.fresh", {"fpga": 1})
+    second = ledger.reserve("root.a.fresh", {"fpga": 1})
+    assert calls.declined == ["quota_ledger_reserve"]  # counters missing, once
+    assert calls.made == ["quota_ledger_reserve", "quota_ledger_reserve"]
+    assert {first.state, second.state} == {ReservationState.PENDING}
+    assert ledger.usage("root.a")["fpga"].reserved == 2
+
+
+def test_keys_stay_idempotent(ledger: QuotaEngine, calls: Calls) -> None:
+    first = ledger.reserve("root.a", {"fpga": 1}, key="job-1")
+    again = ledger.reserve("root.a", {"fpga": 1}, key="job-1")
+    assert again.id == first.id
+    with pytest.raises(IdempotencyConflict):
+        ledger.reserve("root.a", {"fpga": 2}, key="job-1")
+    assert ledger.usage("root.a")["fpga"].reserved == 1
+    assert calls.declined == ["quota_ledger_reserve", "quota_ledger_reserve"]
+
+
+def test_a_configuration_change_is_seen(ledger: QuotaEngine, postgres_url: URL, calls: Calls) -> None:
+    ledger.reserve("root.a", {"fpga": 1})
+    other = QuotaEngine.from_url(postgres_url)
+    try:
+        other.set_limits("root.a", {"fpga": 1})  # a new version the first engine has not compiled
+    finally:
+        other.close()
+    with pytest.raises(OverQuota):
+        ledger.reserve("root.a", {"fpga": 1})
+    assert calls.declined == ["quota_ledger_reserve"]
+    ledger.set_limits("root.a", {"fpga": 4})
+    ledger.reserve("root.a", {"fpga": 1})
+    assert calls.declined == ["quota_ledger_reserve"]  # compiled again: plain again
+
+
+def test_commit_states_are_kept(ledger: QuotaEngine, postgres_url: URL, calls: Calls) -> None:
+    rolled = ledger.reserve("root.a", {"fpga": 1})
+    ledger.rollback(rolled.id)
+    with pytest.raises(ReservationStateError) as wrong:
+        ledger.commit(rolled.id)
+    assert wrong.value.state is ReservationState.ROLLED_BACK
+    late = ledger.reserve("root.a", {"fpga": 1}, ttl=60)
+    with create_engine(normalize_url(postgres_url)).begin() as conn:
+        conn.execute(text("UPDATE reservations SET expires_at = created_at WHERE id = :id"), {"id": late.id})
+    with pytest.raises(ReservationStateError) as expired:
+        ledger.commit(late.id)
+    assert expired.value.state is ReservationState.EXPIRED
+    with pytest.raises(ReservationNotFound):
+        ledger.commit("no-such-id")
+    assert calls.declined.count("quota_ledger_commit") == 3
+    assert ledger.usage("root.a")["fpga"].reserved == 0
+    assert ledger.audit() == []
+
+
+def test_tracked_reservations_never_take_the_plain_path(ledger: QuotaEngine, calls: Calls) -> None:
+    tracked = ledger.reserve("root.a", {"fpga": 1}, user="alice", application="app-1")
+    ledger.commit(tracked.id)
+    assert calls.made == ["quota_ledger_commit"]  # reserve not even tried
+    assert calls.declined == ["quota_ledger_commit"]
+    assert ledger.user_usage("alice")["queues"]["resourceUsage"] == {"fpga": 1}
+
+
+def test_expiry_sweeps_plain_and_tracked_reservations(
+    ledger: QuotaEngine, postgres_url: URL, calls: Calls
+) -> None:
+    ledger.set_limits("root.a", {"fpga": 100, "memory": None})
+    ledger.set_limits("root", {"fpga": 100})
+    for _ in range(23):
+        ledger.reserve("root.a", {"fpga": 1, "memory": "1Gi"}, ttl=60)
+    for n in range(5):
+        ledger.reserve("root.a", {"fpga": 1}, user=f"u{n}", application=f"app-{n}", ttl=60)
+    live = ledger.reserve("root.a", {"fpga": 1}, ttl=3600)
+    with create_engine(normalize_url(postgres_url)).begin() as conn:
+        conn.execute(
+            text("UPDATE reservations SET expires_at = created_at WHERE id <> :id AND state = 'pending'"),
+            {"id": live.id},
+        )
+    assert ledger.expire(batch_size=4, workers=3) == 28
+    assert "quota_ledger_expire" in calls.made
+    assert ledger.usage("root.a")["fpga"].reserved == 1
+    assert ledger.usage("root.a")["memory"].reserved == 0
+    assert ledger.get(live.id).state is ReservationState.PENDING
+    assert rows(postgres_url, "SELECT state, count(*) FROM reservations GROUP BY state ORDER BY state") == [
+        ("expired", 28),
+        ("pending", 1),
+        ("rolled_back", 1),  # the fixture's
+    ]
+    assert ledger.audit() == []
+
+
+def test_max_batches_bounds_the_whole_sweep(ledger: QuotaEngine, postgres_url: URL) -> None:
+    for _ in range(10):
+        ledger.reserve("root.a", {"fpga": 0, "memory": 1}, ttl=60)
+    with create_engine(normalize_url(postgres_url)).begin() as conn:
+        conn.execute(text("UPDATE reservations SET expires_at = created_at WHERE state = 'pending'"))
+    assert ledger.expire(batch_size=3, max_batches=2, workers=2) == 6
+    assert ledger.expire(batch_size=3) == 4
+
+
+def test_a_schema_without_the_functions_uses_the_general_path(ledger: QuotaEngine, calls: Calls) -> None:
+    migrate.downgrade(ledger.driver.engine, "0003")
+    reservation = ledger.reserve("root.a", {"fpga": 1})
+    assert ledger.commit(reservation.id).state is ReservationState.COMMITTED
+    assert ledger.driver.functions is False
+    assert calls.made == ["quota_ledger_reserve"]  # found missing once, then never tried again
+    assert ledger.usage("root.a")["fpga"].in_use == 1
