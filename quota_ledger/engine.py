@@ -286,34 +286,29 @@ class QuotaEngine:
         reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
         quota_usage: dict[str, int] = kube["usage"]
-        rules_now = self._compiled
-        if rules_now is None and self.driver.functions:
-            rules_now = self.driver.run(self._rules)  # once per engine
         declined = False
-        if (
-            positive
-            and identity["user"] is None
-            and identity["application"] is None
-            and not group_list
-            and rules_now is not None
-            and plain.applies(self.driver, rules_now, partition, queue)
-        ):
-            done = plain.reserve(
-                self.driver,
-                rules_now,
-                reservation_id,
-                partition=partition,
-                queue=queue,
-                resources=positive,
-                key=key,
-                request_hash=request_hash,
-                ttl_seconds=ttl_seconds,
-                priority_class=identity["priority_class"],
-                kube=kube,
-            )
-            if done is not None:
-                return done
-            declined = True  # a lost connection may have hidden our own commit: look first
+        anonymous = identity["user"] is None and identity["application"] is None and not group_list
+        if self.driver.functions and positive and anonymous:
+            rules_now = self._compiled or self.driver.run(self._rules)  # compiled once per engine
+            charges = plain.quota_charges(rules_now, partition, queue, namespace, kube, missing)
+            if charges is not None:
+                done = plain.reserve(
+                    self.driver,
+                    rules_now,
+                    reservation_id,
+                    partition=partition,
+                    queue=queue,
+                    resources=positive,
+                    key=key,
+                    request_hash=request_hash,
+                    ttl_seconds=ttl_seconds,
+                    priority_class=identity["priority_class"],
+                    kube=kube,
+                    charges=charges,
+                )
+                if done is not None:
+                    return done
+                declined = True  # a lost connection may have hidden our own commit: look first
 
         def work(tx: LedgerTx) -> Reservation:
             if key is not None and (found := tx.find_reservation_by_key(partition, key)):

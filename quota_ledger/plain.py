@@ -1,31 +1,49 @@
 """Plain reservations on PostgreSQL: one server-side function call per reserve, commit or
 expiry batch (see :mod:`quota_ledger.driver.pg_functions` and migration 0004).
 
-A reservation is *plain* when it names no user, groups or application, asks for something,
-and its queue has no ResourceQuota and its partition no admission rule in the configuration
-the engine last compiled. The function checks that this configuration is still the one in
-force under the partition lock; when anything is not plain these helpers return None and the
-engine runs its general path, so the outcome is the same either way.
+A reservation is *plain* when it names no user, groups or application and asks for something.
+Which ResourceQuotas it is charged to (and whether admission lets it in) is decided here from
+the configuration the engine last compiled; the function checks under the partition lock that
+this configuration is still the one in force. When anything is not plain these helpers return
+None and the engine runs its general path, so the outcome is the same either way.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from quota_ledger import quota_charging
 from quota_ledger.config.rules import Rules
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.errors import MissingCoveringQuota, PodMissingResources
 from quota_ledger.values import Reservation, ReservationState
 
 
-def applies(driver: DbQuotaDriver, rules: Rules | None, partition: str, queue: str) -> bool:
-    """True when ``queue`` needs no ResourceQuota or admission check under ``rules``."""
-    if not driver.functions or rules is None:
-        return False
+def quota_charges(
+    rules: Rules,
+    partition: str,
+    queue: str,
+    namespace: str,
+    kube: Mapping[str, Any],
+    missing: Mapping[str, Mapping[str, list[str]]] | None,
+) -> list[tuple[str, str, int]] | None:
+    """The (quota, resource, amount) charges of a request under ``rules``, or None when the
+    admission rules refuse it: the general path then decides again under the partition lock
+    (these ``rules`` may be out of date) and raises the refusal."""
     found = rules.partition(partition)
-    return found.admission is None and queue not in found.quotas
+    if found.admission is None and queue not in found.quotas:
+        return []
+    try:
+        quotas = quota_charging.admit(found, queue, namespace, kube, missing)
+    except (MissingCoveringQuota, PodMissingResources):
+        return None
+    usage: Mapping[str, int] = kube["usage"]
+    wanted = {(q.key, name) for q in quotas for name in q.tracked() if usage.get(name, 0) > 0}
+    return [(key, name, usage[name]) for key, name in sorted(wanted)]
 
 
 def reserve(
@@ -41,8 +59,10 @@ def reserve(
     ttl_seconds: float,
     priority_class: str | None,
     kube: dict[str, Any],
+    charges: Sequence[tuple[str, str, int]] = (),
 ) -> Reservation | None:
-    """Reserve in one call; None when the function declined (nothing was written)."""
+    """Reserve in one call, charging the ResourceQuota counters ``charges`` names; None when
+    the function declined (nothing was written)."""
     names = sorted(resources)
     ttl = timedelta(seconds=ttl_seconds)
     rows = driver.call(
@@ -61,6 +81,9 @@ def reserve(
             "version": rules.version,
             "ns": dialect.ADVISORY_NAMESPACE,
             "k": dialect.advisory_key(partition),
+            "quota_names": [key for key, _, _ in charges],
+            "quota_resources": [name for _, name, _ in charges],
+            "quota_amounts": [amount for _, _, amount in charges],
         },
     )
     if rows is None:

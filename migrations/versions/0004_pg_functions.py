@@ -2,8 +2,8 @@
 
 Each function is one statement, run as its own transaction: no lock is held across a network
 round trip, and a reserve+commit pair costs two round trips instead of eighteen. They cover
-the plain case only (no user or application, no ResourceQuota, counters that exist, the
-configuration version the caller compiled) and *decline* everything else by raising SQLSTATE
+the plain case only (no user, groups or application, counters that exist, the configuration
+version the caller compiled, which also decided the ResourceQuotas to charge) and *decline* everything else by raising SQLSTATE
 ``QL001`` before any change survives; the driver then runs the general Python path, which
 remains the one source of truth for refusals and errors. Lock order is the canonical one:
 partition (advisory, shared) -> reservation rows -> queue counters -> subtree counters.
@@ -38,7 +38,9 @@ _RESERVE = """
 CREATE FUNCTION quota_ledger_reserve(
     p_id text, p_partition text, p_key text, p_request_hash text, p_queue text,
     p_resources text[], p_amounts bigint[], p_ttl_us bigint, p_priority_class text, p_kube text,
-    p_version integer, p_lock_ns integer, p_lock_key integer
+    p_version integer, p_lock_ns integer, p_lock_key integer,
+    -- the ResourceQuota counters the request is charged to: (namespace/name, resource, amount)
+    p_quota_names text[], p_quota_resources text[], p_quota_amounts bigint[]
 ) RETURNS timestamp
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -85,11 +87,31 @@ BEGIN
     IF v_broken > 0 THEN
         RAISE EXCEPTION 'over a limit' USING ERRCODE = 'QL001';
     END IF;
+    -- then the ResourceQuota counters, by (kind, name, queue, resource); a quota counts the
+    -- live reservations it matches in in_use, from reserve on
+    IF cardinality(p_quota_names) > 0 THEN
+        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit)
+        INTO v_count, v_broken
+        FROM (SELECT u.in_use, u.reserved, u.hard_limit, t.amount FROM quota_identity_usages u
+              JOIN unnest(p_quota_names, p_quota_resources, p_quota_amounts) AS t(name, resource, amount)
+                ON u.name = t.name AND u.resource = t.resource
+              WHERE u."partition" = p_partition AND u.kind = 'quota' AND u.queue = p_queue
+              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+        IF v_count < cardinality(p_quota_names) OR v_broken > 0 THEN
+            RAISE EXCEPTION 'a ResourceQuota counter is missing or full' USING ERRCODE = 'QL001';
+        END IF;
+    END IF;
     UPDATE quota_usages u SET reserved = u.reserved + t.amount, updated_at = v_now
     FROM unnest(p_resources, p_amounts) AS t(resource, amount)
     WHERE u."partition" = p_partition AND u.resource = t.resource
       AND ((u.scope_type = 'queue' AND u.scope = p_queue)
            OR (u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)));
+    IF cardinality(p_quota_names) > 0 THEN
+        UPDATE quota_identity_usages u SET in_use = u.in_use + t.amount, updated_at = v_now
+        FROM unnest(p_quota_names, p_quota_resources, p_quota_amounts) AS t(name, resource, amount)
+        WHERE u."partition" = p_partition AND u.kind = 'quota' AND u.queue = p_queue
+          AND u.name = t.name AND u.resource = t.resource;
+    END IF;
     RETURN v_now;
 END
 $$
@@ -225,7 +247,7 @@ _FUNCTIONS = (
     "quota_ledger_expire(text, integer, text[], integer, integer, integer)",
     "quota_ledger_commit(text, text)",
     "quota_ledger_reserve(text, text, text, text, text, text[], bigint[], bigint, text, text, integer,"
-    " integer, integer)",
+    " integer, integer, text[], text[], bigint[])",
     "quota_ledger_lineage(text)",
 )
 

@@ -1,6 +1,6 @@
 """Calls of the PostgreSQL functions that migration 0004 installs.
 
-A plain reservation (no user, application, groups or ResourceQuota, on counters that exist)
+A plain reservation (no user, groups or application, on counters that exist)
 is reserved, committed and expired by one statement each, run in autocommit as its own
 transaction: ``quota_ledger_reserve``, ``quota_ledger_commit`` and ``quota_ledger_expire``.
 They do exactly what the general path does for that case, in the same lock order. Anything
@@ -25,7 +25,8 @@ UNDEFINED_FUNCTION = "42883"
 RESERVE = (
     "SELECT quota_ledger_reserve(%(id)s, %(partition)s, %(key)s, %(request_hash)s, %(queue)s,"
     " %(resources)s::text[], %(amounts)s::bigint[], %(ttl_us)s, %(priority_class)s, %(kube)s,"
-    " %(version)s, %(ns)s, %(k)s)"
+    " %(version)s, %(ns)s, %(k)s, %(quota_names)s::text[], %(quota_resources)s::text[],"
+    " %(quota_amounts)s::bigint[])"
 )
 COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"

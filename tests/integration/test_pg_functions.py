@@ -15,6 +15,7 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import (
     IdempotencyConflict,
+    MissingCoveringQuota,
     OverQuota,
     QuotaEngine,
     ReservationNotFound,
@@ -260,3 +261,62 @@ def test_a_schema_without_the_functions_uses_the_general_path(ledger: QuotaEngin
     assert ledger.driver.functions is False
     assert calls.made == ["quota_ledger_reserve"]  # found missing once, then never tried again
     assert ledger.usage("root.a")["fpga"].in_use == 1
+
+
+def kube_pod(uid: str, *, priority: str | None = "high", cpu: str = "500m") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if priority:
+        spec["priorityClassName"] = priority
+    return {"kind": "Pod", "metadata": {"name": uid, "namespace": "team", "uid": uid}, "spec": spec}
+
+
+def resource_quota(name: str, hard: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"hard": hard, **spec},
+    }
+
+
+HIGH_ONLY = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}
+
+
+def test_pods_under_resource_quotas_are_charged_by_the_function(ledger: QuotaEngine, calls: Calls) -> None:
+    ledger.apply_resource_quota(
+        resource_quota("pods", {"pods": "2", "requests.cpu": "2"}, scopeSelector=HIGH_ONLY)
+    )
+    ledger.apply_resource_quota(resource_quota("all", {"pods": "10"}))
+    ledger.rollback(ledger.reserve_pod(kube_pod("warm")).id)  # creates the queue's counters
+    calls.made.clear()
+    calls.declined.clear()
+    first = ledger.reserve_pod(kube_pod("u1"))
+    ledger.commit(first.id)
+    ledger.reserve_pod(kube_pod("u2", priority="low"))  # matches "all" only
+    assert calls.declined == []
+    assert calls.made == ["quota_ledger_reserve", "quota_ledger_commit", "quota_ledger_reserve"]
+    assert ledger.resource_quota_status("team", "pods")["used"] == {"pods": "1", "requests.cpu": "500m"}
+    assert ledger.resource_quota_status("team", "all")["used"] == {"pods": "2"}
+    ledger.reserve_pod(kube_pod("u3"))
+    with pytest.raises(OverQuota) as refused:  # a third high pod: the function declines, the
+        ledger.reserve_pod(kube_pod("u4"))  # general path names the quota
+    assert [(v.scope, v.resource) for v in refused.value.violations] == [("team/pods", "pods")]
+    assert calls.declined == ["quota_ledger_reserve"]
+    assert ledger.resource_quota_status("team", "pods")["used"] == {"pods": "2", "requests.cpu": "1"}
+    assert ledger.audit() == []
+
+
+def test_admission_refusals_are_left_to_the_general_path(ledger: QuotaEngine, calls: Calls) -> None:
+    ledger.apply_admission_config(
+        {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "ResourceQuotaConfiguration",
+            "limitedResources": [{"resource": "pods", "matchScopes": [HIGH_ONLY["matchExpressions"][0]]}],
+        }
+    )
+    with pytest.raises(MissingCoveringQuota):
+        ledger.reserve_pod(kube_pod("u1"))
+    assert calls.made == []
+    ledger.apply_resource_quota(resource_quota("pods", {"pods": "5"}, scopeSelector=HIGH_ONLY))
+    ledger.reserve_pod(kube_pod("u2"))
+    assert ledger.resource_quota_status("team", "pods")["used"] == {"pods": "1"}
