@@ -287,10 +287,18 @@ class QuotaEngine:
         chain = queues.lineage(queue)
         quota_usage: dict[str, int] = kube["usage"]
         declined = False
-        anonymous = identity["user"] is None and identity["application"] is None and not group_list
-        if self.driver.functions and positive and anonymous:
+        if self.driver.functions and positive:
             rules_now = self._compiled or self.driver.run(self._rules)  # compiled once per engine
             charges = plain.quota_charges(rules_now, partition, queue, namespace, kube, missing)
+            who = plain.identity_of(
+                rules_now,
+                partition,
+                queue,
+                positive,
+                user=identity["user"],
+                groups=group_list,
+                application=identity["application"],
+            )
             if charges is not None:
                 done = plain.reserve(
                     self.driver,
@@ -305,6 +313,7 @@ class QuotaEngine:
                     priority_class=identity["priority_class"],
                     kube=kube,
                     charges=charges,
+                    identity=who,
                 )
                 if done is not None:
                     return done

@@ -1,21 +1,24 @@
 """Plain reservations on PostgreSQL: one server-side function call per reserve, commit or
 expiry batch (see :mod:`quota_ledger.driver.pg_functions` and migration 0004).
 
-A reservation is *plain* when it names no user, groups or application and asks for something.
-Which ResourceQuotas it is charged to (and whether admission lets it in) is decided here from
-the configuration the engine last compiled; the function checks under the partition lock that
-this configuration is still the one in force. When anything is not plain these helpers return
-None and the engine runs its general path, so the outcome is the same either way.
+The function path covers the steady state: a request that asks for something, on counters
+that exist, and, when it names a user or an application, for an application that is already
+running. Which ResourceQuotas it is charged to (and whether admission lets it in), its group
+and the user/group counters that enforce it are decided here from the configuration the
+engine last compiled; the function checks under the partition lock that this configuration is
+still the one in force, and that the application row is as expected. Otherwise these helpers
+return None and the engine runs its general path, so the outcome is the same either way.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from quota_ledger import quota_charging
+from quota_ledger import quota_charging, tracking
 from quota_ledger.config.rules import Rules
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
@@ -46,6 +49,52 @@ def quota_charges(
     return [(key, name, usage[name]) for key, name in sorted(wanted)]
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request is for, and what tracking it costs under a compiled configuration."""
+
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    application: str | None = None
+    #: the application row (None: untracked), and the group it must be tracked against
+    app_key: str | None = None
+    group: str | None = None
+    #: (kind, name, queue, resource, amount) for every user/group counter that enforces it
+    counters: tuple[tuple[str, str, str, str, int], ...] = ()
+
+
+def identity_of(
+    rules: Rules,
+    partition: str,
+    queue: str,
+    resources: Mapping[str, int],
+    *,
+    user: str | None,
+    groups: tuple[str, ...],
+    application: str | None,
+) -> Identity:
+    """The application row and user/group counters a request is charged to, as the general
+    path would find them for an application that is already running."""
+    if user is None and application is None:
+        return Identity(groups=groups)
+    found = rules.partition(partition)
+    group = found.select_group(queue, list(groups)) if user is not None else None
+    needed = {
+        (scope.kind, scope.name, scope.queue, resource)
+        for scope in found.identity_scopes(queue, user, group)
+        for resource in scope.rule.counters()
+        if resource in resources
+    }
+    return Identity(
+        user=user,
+        groups=groups,
+        application=application,
+        app_key=tracking.app_key(application, user, queue),
+        group=group,
+        counters=tuple((*key, resources[key[3]]) for key in sorted(needed)),
+    )
+
+
 def reserve(
     driver: DbQuotaDriver,
     rules: Rules,
@@ -60,10 +109,13 @@ def reserve(
     priority_class: str | None,
     kube: dict[str, Any],
     charges: Sequence[tuple[str, str, int]] = (),
+    identity: Identity = Identity(),
 ) -> Reservation | None:
-    """Reserve in one call, charging the ResourceQuota counters ``charges`` names; None when
-    the function declined (nothing was written)."""
+    """Reserve in one call, charging the ResourceQuota counters ``charges`` names and the
+    application and user/group counters of ``identity``; None when the function declined
+    (nothing was written)."""
     names = sorted(resources)
+    counters = identity.counters
     ttl = timedelta(seconds=ttl_seconds)
     rows = driver.call(
         pg_functions.RESERVE,
@@ -84,6 +136,16 @@ def reserve(
             "quota_names": [key for key, _, _ in charges],
             "quota_resources": [name for _, name, _ in charges],
             "quota_amounts": [amount for _, _, amount in charges],
+            "user": identity.user,
+            "groups": json.dumps(list(identity.groups)) if identity.groups else None,
+            "application": identity.application,
+            "app_key": identity.app_key,
+            "group": identity.group,
+            "id_kinds": [c[0] for c in counters],
+            "id_names": [c[1] for c in counters],
+            "id_queues": [c[2] for c in counters],
+            "id_resources": [c[3] for c in counters],
+            "id_amounts": [c[4] for c in counters],
         },
     )
     if rows is None:
@@ -98,13 +160,16 @@ def reserve(
         created_at=now.replace(tzinfo=UTC),
         expires_at=(now + ttl).replace(tzinfo=UTC),
         key=key,
+        user=identity.user,
+        groups=identity.groups,
+        application=identity.application,
         priority_class=priority_class,
     )
 
 
 def commit(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
-    """Commit a plain pending reservation whole in one call; None when the function declined
-    (not found, not pending, past its expiry, not plain: the general path says which)."""
+    """Commit a pending reservation whole in one call; None when the function declined (not
+    found, not pending, past its expiry, no application row: the general path says which)."""
     rows = driver.call(pg_functions.COMMIT, {"id": reservation_id, "op": operation_id})
     if not rows:
         return None
@@ -119,6 +184,9 @@ def commit(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Res
         created_at=row.created_at.replace(tzinfo=UTC),
         expires_at=row.expires_at.replace(tzinfo=UTC),
         key=row.key,
+        user=row.user_name,
+        groups=tuple(json.loads(row.groups)) if row.groups else (),
+        application=row.application,
         priority_class=row.priority_class,
         committed=dict(resources),
         resolved_at=row.resolved_at.replace(tzinfo=UTC),

@@ -40,7 +40,11 @@ CREATE FUNCTION quota_ledger_reserve(
     p_resources text[], p_amounts bigint[], p_ttl_us bigint, p_priority_class text, p_kube text,
     p_version integer, p_lock_ns integer, p_lock_key integer,
     -- the ResourceQuota counters the request is charged to: (namespace/name, resource, amount)
-    p_quota_names text[], p_quota_resources text[], p_quota_amounts bigint[]
+    p_quota_names text[], p_quota_resources text[], p_quota_amounts bigint[],
+    -- a tracked request: its identity, its application row (which must be running, with the
+    -- group the caller expects) and the user/group counters that enforce it
+    p_user text, p_groups text, p_application text, p_app_key text, p_group text,
+    p_id_kinds text[], p_id_names text[], p_id_queues text[], p_id_resources text[], p_id_amounts bigint[]
 ) RETURNS timestamp
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -49,6 +53,9 @@ DECLARE
     v_scopes text[] := quota_ledger_lineage(p_queue);
     v_count integer;
     v_broken integer;
+    v_app quota_applications%ROWTYPE;
+    v_usage jsonb;
+    v_slot jsonb;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
     v_now := TIMEZONE('UTC', clock_timestamp());
@@ -59,7 +66,7 @@ BEGIN
     -- our own new rows first (a same-key insert in flight makes us wait for it)
     INSERT INTO reservations (id, "partition", "key", request_hash, state, queue, user_name, "groups",
                               application, priority_class, created_at, expires_at, resolved_at, kube)
-    VALUES (p_id, p_partition, p_key, p_request_hash, 'pending', p_queue, NULL, NULL, NULL,
+    VALUES (p_id, p_partition, p_key, p_request_hash, 'pending', p_queue, p_user, p_groups, p_application,
             p_priority_class, v_now, v_now + p_ttl_us * interval '1 microsecond', NULL, p_kube)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
@@ -67,6 +74,24 @@ BEGIN
     END IF;
     INSERT INTO reservation_items (reservation_id, resource, amount)
     SELECT p_id, t.resource, t.amount FROM unnest(p_resources, p_amounts) AS t(resource, amount);
+    -- the application row: a running application adds the request to its reserved usage
+    IF p_app_key IS NOT NULL THEN
+        SELECT * INTO v_app FROM quota_applications
+        WHERE "partition" = p_partition AND app_key = p_app_key FOR UPDATE;
+        IF NOT FOUND OR v_app.state <> 'running' OR v_app.user_name IS DISTINCT FROM p_user
+           OR v_app.application IS DISTINCT FROM p_application OR v_app.queue <> p_queue
+           OR v_app.group_name IS DISTINCT FROM p_group THEN
+            RAISE EXCEPTION 'not a running application with the expected group' USING ERRCODE = 'QL001';
+        END IF;
+        v_usage := v_app."usage"::jsonb;
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            v_slot := coalesce(v_usage -> p_resources[i], '[0, 0]'::jsonb);
+            v_usage := v_usage || jsonb_build_object(
+                p_resources[i], jsonb_build_array((v_slot ->> 0)::bigint, (v_slot ->> 1)::bigint + p_amounts[i]));
+        END LOOP;
+        UPDATE quota_applications SET "usage" = v_usage::text, pending = v_app.pending + 1
+        WHERE id = v_app.id;
+    END IF;
     -- the queue's own counters, then the limits on its lineage, each in canonical order
     SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > 9223372036854775807)
     INTO v_count, v_broken
@@ -87,6 +112,20 @@ BEGIN
     IF v_broken > 0 THEN
         RAISE EXCEPTION 'over a limit' USING ERRCODE = 'QL001';
     END IF;
+    -- then the user/group counters, by (kind, name, queue, resource)
+    IF cardinality(p_id_kinds) > 0 THEN
+        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit)
+        INTO v_count, v_broken
+        FROM (SELECT u.in_use, u.reserved, u.hard_limit, t.amount FROM quota_identity_usages u
+              JOIN unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts)
+                AS t(kind, name, queue, resource, amount)
+                ON u.kind = t.kind AND u.name = t.name AND u.queue = t.queue AND u.resource = t.resource
+              WHERE u."partition" = p_partition
+              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+        IF v_count < cardinality(p_id_kinds) OR v_broken > 0 THEN
+            RAISE EXCEPTION 'a user or group counter is missing or full' USING ERRCODE = 'QL001';
+        END IF;
+    END IF;
     -- then the ResourceQuota counters, by (kind, name, queue, resource); a quota counts the
     -- live reservations it matches in in_use, from reserve on
     IF cardinality(p_quota_names) > 0 THEN
@@ -106,6 +145,13 @@ BEGIN
     WHERE u."partition" = p_partition AND u.resource = t.resource
       AND ((u.scope_type = 'queue' AND u.scope = p_queue)
            OR (u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)));
+    IF cardinality(p_id_kinds) > 0 THEN
+        UPDATE quota_identity_usages u SET reserved = u.reserved + t.amount, updated_at = v_now
+        FROM unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts)
+          AS t(kind, name, queue, resource, amount)
+        WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name AND u.queue = t.queue
+          AND u.resource = t.resource;
+    END IF;
     IF cardinality(p_quota_names) > 0 THEN
         UPDATE quota_identity_usages u SET in_use = u.in_use + t.amount, updated_at = v_now
         FROM unnest(p_quota_names, p_quota_resources, p_quota_amounts) AS t(name, resource, amount)
@@ -119,9 +165,9 @@ $$
 
 _COMMIT = """
 CREATE FUNCTION quota_ledger_commit(p_id text, p_operation_id text)
-RETURNS TABLE ("partition" text, "key" text, queue text, priority_class text,
-               created_at timestamp, expires_at timestamp, resolved_at timestamp,
-               resources text[], amounts bigint[])
+RETURNS TABLE ("partition" text, "key" text, queue text, user_name text, "groups" text,
+               application text, priority_class text, created_at timestamp, expires_at timestamp,
+               resolved_at timestamp, resources text[], amounts bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     r reservations%ROWTYPE;
@@ -130,12 +176,17 @@ DECLARE
     v_amounts bigint[];
     v_scopes text[];
     v_broken integer;
+    v_app quota_applications%ROWTYPE;
+    v_usage jsonb;
+    v_area jsonb;
+    v_micros numeric;
+    v_slot jsonb;
+    v_in_use bigint;
 BEGIN
     SELECT * INTO r FROM reservations WHERE id = p_id FOR UPDATE;
     v_now := TIMEZONE('UTC', clock_timestamp());
-    IF NOT FOUND OR r.state <> 'pending' OR v_now >= r.expires_at
-       OR r.user_name IS NOT NULL OR r.application IS NOT NULL THEN
-        RAISE EXCEPTION 'not a plain pending reservation' USING ERRCODE = 'QL001';
+    IF NOT FOUND OR r.state <> 'pending' OR v_now >= r.expires_at THEN
+        RAISE EXCEPTION 'not a pending reservation' USING ERRCODE = 'QL001';
     END IF;
     SELECT array_agg(i.resource ORDER BY i.resource), array_agg(i.amount ORDER BY i.resource)
     INTO v_resources, v_amounts FROM reservation_items i WHERE i.reservation_id = p_id;
@@ -149,6 +200,44 @@ BEGIN
                                created_at)
     SELECT r."partition", r.queue, t.resource, t.amount, 'commit', p_id, p_operation_id, v_now
     FROM unnest(v_resources, v_amounts) AS t(resource, amount);
+    -- a tracked reservation: its application's usage moves from reserved to in use, and the
+    -- in-use usage so far is integrated up to now (microseconds, as the Python path does)
+    IF r.user_name IS NOT NULL OR r.application IS NOT NULL THEN
+        SELECT * INTO v_app FROM quota_applications a
+        WHERE a."partition" = r."partition"
+          AND a.app_key = coalesce(r.application, E'\\t' || r.user_name || E'\\t' || r.queue)
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no application row' USING ERRCODE = 'QL001';
+        END IF;
+        v_usage := v_app."usage"::jsonb;
+        v_area := v_app.area::jsonb;
+        IF v_now > v_app.changed_at THEN
+            v_micros := floor(EXTRACT(EPOCH FROM (v_now - v_app.changed_at)) * 1000000);
+            FOR v_slot IN SELECT jsonb_build_array(e.key, e.value) FROM jsonb_each(v_usage) AS e LOOP
+                v_in_use := (v_slot -> 1 ->> 0)::bigint;
+                IF v_in_use <> 0 THEN
+                    v_area := v_area || jsonb_build_object(v_slot ->> 0,
+                        (coalesce((v_area ->> (v_slot ->> 0))::numeric, 0) + v_in_use * v_micros)::text);
+                END IF;
+            END LOOP;
+            v_app.changed_at := v_now;
+        END IF;
+        FOR i IN 1 .. cardinality(v_resources) LOOP
+            v_slot := coalesce(v_usage -> v_resources[i], '[0, 0]'::jsonb);
+            v_slot := jsonb_build_array((v_slot ->> 0)::bigint + v_amounts[i],
+                                        greatest(0, (v_slot ->> 1)::bigint - v_amounts[i]));
+            IF (v_slot ->> 0)::bigint = 0 AND (v_slot ->> 1)::bigint = 0 THEN
+                v_usage := v_usage - v_resources[i];
+            ELSE
+                v_usage := v_usage || jsonb_build_object(v_resources[i], v_slot);
+            END IF;
+        END LOOP;
+        UPDATE quota_applications
+        SET "usage" = v_usage::text, area = v_area::text, changed_at = v_app.changed_at,
+            started_at = coalesce(v_app.started_at, v_now), pending = greatest(0, v_app.pending - 1)
+        WHERE id = v_app.id;
+    END IF;
     SELECT count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807) INTO v_broken
     FROM (SELECT u.in_use, t.amount FROM quota_usages u
           JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
@@ -160,6 +249,17 @@ BEGIN
           JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
           WHERE u."partition" = r."partition" AND u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)
           ORDER BY u.scope, u.resource FOR UPDATE OF u) AS c;
+    IF v_app.id IS NOT NULL THEN
+        -- the user's and the application's group's counters on the lineage, canonical order
+        SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807)
+        INTO v_broken
+        FROM (SELECT u.in_use, t.amount FROM quota_identity_usages u
+              JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
+              WHERE u."partition" = r."partition" AND u.queue = ANY(v_scopes)
+                AND ((u.kind = 'user' AND u.name = v_app.user_name)
+                     OR (u.kind = 'group' AND u.name = v_app.group_name))
+              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+    END IF;
     IF v_broken > 0 THEN
         RAISE EXCEPTION 'a counter is at the bigint limit' USING ERRCODE = 'QL001';
     END IF;
@@ -169,8 +269,17 @@ BEGIN
     WHERE u."partition" = r."partition" AND u.resource = t.resource
       AND ((u.scope_type = 'queue' AND u.scope = r.queue)
            OR (u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)));
-    RETURN QUERY SELECT r."partition"::text, r."key"::text, r.queue::text, r.priority_class::text,
-                        r.created_at, r.expires_at, v_now, v_resources, v_amounts;
+    IF v_app.id IS NOT NULL THEN
+        UPDATE quota_identity_usages u SET in_use = u.in_use + t.amount, reserved = u.reserved - t.amount,
+                                           updated_at = v_now
+        FROM unnest(v_resources, v_amounts) AS t(resource, amount)
+        WHERE u."partition" = r."partition" AND u.resource = t.resource AND u.queue = ANY(v_scopes)
+          AND ((u.kind = 'user' AND u.name = v_app.user_name)
+               OR (u.kind = 'group' AND u.name = v_app.group_name));
+    END IF;
+    RETURN QUERY SELECT r."partition"::text, r."key"::text, r.queue::text, r.user_name::text, r."groups",
+                        r.application::text, r.priority_class::text, r.created_at, r.expires_at, v_now,
+                        v_resources, v_amounts;
 END
 $$
 """
@@ -247,7 +356,8 @@ _FUNCTIONS = (
     "quota_ledger_expire(text, integer, text[], integer, integer, integer)",
     "quota_ledger_commit(text, text)",
     "quota_ledger_reserve(text, text, text, text, text, text[], bigint[], bigint, text, text, integer,"
-    " integer, integer, text[], text[], bigint[])",
+    " integer, integer, text[], text[], bigint[], text, text, text, text, text, text[], text[], text[],"
+    " text[], bigint[])",
     "quota_ledger_lineage(text)",
 )
 

@@ -6,6 +6,7 @@ without a trace, and keep the engine's contract (refusals, idempotency, states) 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,12 +210,114 @@ def test_commit_states_are_kept(ledger: QuotaEngine, postgres_url: URL, calls: C
     assert ledger.audit() == []
 
 
-def test_tracked_reservations_never_take_the_plain_path(ledger: QuotaEngine, calls: Calls) -> None:
-    tracked = ledger.reserve("root.a", {"fpga": 1}, user="alice", application="app-1")
-    ledger.commit(tracked.id)
-    assert calls.made == ["quota_ledger_commit"]  # reserve not even tried
-    assert calls.declined == ["quota_ledger_commit"]
-    assert ledger.user_usage("alice")["queues"]["resourceUsage"] == {"fpga": 1}
+TRACKED_CONFIG = """
+partitions:
+- name: {partition}
+  queues:
+  - name: root
+    queues:
+    - name: org
+      limits:
+      - users: ["*"]
+        maxresources: {{fpga: 8, memory: 8Gi}}
+        maxapplications: 3
+      - groups: [dev]
+        maxresources: {{fpga: 10}}
+      - groups: ["*"]
+        maxresources: {{memory: 6Gi}}
+      queues:
+      - name: team
+        resources: {{max: {{fpga: 20}}}}
+        limits:
+        - users: [ann]
+          maxresources: {{fpga: 3}}
+          maxapplications: 2
+"""
+
+
+def tracked_story(engine: QuotaEngine, partition: str) -> None:
+    """Applications of two users in two groups: new, running, refused, rolled back, released."""
+    engine.apply_config(TRACKED_CONFIG.format(partition=partition))
+    for n in range(3):
+        for user, groups in (("ann", ["dev"]), ("bob", ["ops", "qa"])):
+            made = engine.reserve(
+                "root.org.team",
+                {"fpga": 1, "memory": "1Gi"},
+                partition=partition,
+                user=user,
+                groups=groups,
+                application=f"{user}-app",
+                ttl=300,
+            )
+            if n == 1:
+                engine.rollback(made.id)
+            else:
+                engine.commit(made.id)
+    bucket = engine.reserve("root.org.team", {"fpga": 1}, partition=partition, user="bob", groups=["qa"])
+    engine.commit(bucket.id)
+    with pytest.raises(OverQuota):  # ann's own limit at root.org.team
+        engine.reserve("root.org.team", {"fpga": 2}, partition=partition, user="ann", application="ann-app")
+    engine.release(
+        "root.org.team", {"fpga": 1}, partition=partition, user="ann", application="ann-app", finished=True
+    )
+
+
+def identity_snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
+    p = f"'{partition}'"
+    apps = rows(
+        url,
+        'SELECT app_key, application, user_name, queue, group_name, state, pending, "usage", area,'
+        " started_at IS NULL, finished_at IS NULL"
+        f" FROM quota_applications WHERE partition = {p} ORDER BY app_key",
+    )
+    return {
+        # usage and area are JSON: compare them parsed; the times are the clock's
+        "apps": [(*row[:7], json.loads(row[7]), sorted(json.loads(row[8])), *row[9:]) for row in apps],
+        "counters": rows(
+            url,
+            "SELECT kind, name, queue, resource, in_use, reserved, hard_limit FROM quota_identity_usages"
+            f" WHERE partition = {p} ORDER BY 1, 2, 3, 4",
+        ),
+        "summaries": rows(url, f"SELECT application FROM quota_app_summaries WHERE partition = {p}"),
+    }
+
+
+def test_tracked_reservations_leave_the_rows_the_general_path_leaves(postgres_url: URL, calls: Calls) -> None:
+    fast = QuotaEngine.from_url(postgres_url)
+    general = QuotaEngine.from_url(postgres_url)
+    general.driver.functions = False
+    try:
+        tracked_story(fast, "fast")
+        fast_result = {**snapshot(postgres_url, "fast"), **identity_snapshot(postgres_url, "fast")}
+        tracked_story(general, "general")
+        general_result = {**snapshot(postgres_url, "general"), **identity_snapshot(postgres_url, "general")}
+    finally:
+        fast.close()
+        general.close()
+    # ann's and bob's first reservations start their applications (general path), later ones
+    # run in the functions
+    assert calls.made.count("quota_ledger_reserve") > calls.declined.count("quota_ledger_reserve") >= 2
+    assert calls.made.count("quota_ledger_commit") == 5
+    assert fast_result == general_result
+    assert fast_result["apps"]  # something was compared
+    assert fast_result["counters"]
+    assert fast.audit(partition="fast") == []
+
+
+def test_a_running_application_reserves_and_commits_in_the_functions(
+    ledger: QuotaEngine, calls: Calls
+) -> None:
+    first = ledger.reserve("root.a", {"fpga": 1}, user="alice", groups=["dev"], application="app-1")
+    ledger.commit(first.id)
+    assert calls.declined == ["quota_ledger_reserve"]  # a new application: the general path
+    second = ledger.reserve("root.a", {"fpga": 2}, user="alice", groups=["dev"], application="app-1")
+    done = ledger.commit(second.id)
+    assert calls.declined == ["quota_ledger_reserve"]
+    assert calls.made == ["quota_ledger_reserve", "quota_ledger_commit"] * 2
+    assert (done.user, done.groups, done.application) == ("alice", ("dev",), "app-1")
+    assert ledger.get(second.id) == done
+    assert ledger.user_usage("alice")["queues"]["resourceUsage"] == {"fpga": 3}
+    assert ledger.audit() == []
 
 
 def test_expiry_sweeps_plain_and_tracked_reservations(
