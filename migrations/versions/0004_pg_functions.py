@@ -56,6 +56,12 @@ DECLARE
     v_app quota_applications%ROWTYPE;
     v_usage jsonb;
     v_slot jsonb;
+    v_tids tid[];
+    v_deltas bigint[];
+    v_id_tids tid[];
+    v_id_deltas bigint[];
+    v_quota_tids tid[];
+    v_quota_deltas bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
     v_now := TIMEZONE('UTC', clock_timestamp());
@@ -92,72 +98,80 @@ BEGIN
         UPDATE quota_applications SET "usage" = v_usage::text, pending = v_app.pending + 1
         WHERE id = v_app.id;
     END IF;
-    -- the queue's own counters, then the limits on its lineage, each in canonical order
-    SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > 9223372036854775807)
-    INTO v_count, v_broken
-    FROM (SELECT u.in_use, u.reserved, t.amount FROM quota_usages u
-          JOIN unnest(p_resources, p_amounts) AS t(resource, amount) ON u.resource = t.resource
-          WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queue
-          ORDER BY u.scope, u.resource FOR UPDATE OF u) AS c;
+    -- The shared counters, each set in the canonical order: the queue's own, the limits on its
+    -- lineage, the user/group counters, the ResourceQuota counters. The wanted keys are sorted
+    -- (byte order, as the columns' "C" collation sorts) and each is looked up and locked by its
+    -- whole unique key in that order (LATERAL runs per key, in order; LIMIT 1 keeps it a
+    -- lookup whatever the statistics say). Every update goes to the locked row's address.
+    SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > 9223372036854775807),
+           array_agg(c.ctid), array_agg(c.amount)
+    INTO v_count, v_broken, v_tids, v_deltas
+    FROM (SELECT t.resource, t.amount FROM unnest(p_resources, p_amounts) AS t(resource, amount)
+          ORDER BY t.resource COLLATE "C") AS w
+    CROSS JOIN LATERAL (
+        SELECT u.ctid, u.in_use, u.reserved, w.amount FROM quota_usages u
+        WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queue
+          AND u.resource = w.resource
+        LIMIT 1 FOR UPDATE) AS c;
     IF v_count < cardinality(p_resources) OR v_broken > 0 THEN
         RAISE EXCEPTION 'counters missing or at the bigint limit' USING ERRCODE = 'QL001';
     END IF;
     SELECT count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount
-                                  > coalesce(c.hard_limit, 9223372036854775807))
-    INTO v_broken
-    FROM (SELECT u.in_use, u.reserved, u.hard_limit, t.amount FROM quota_usages u
-          JOIN unnest(p_resources, p_amounts) AS t(resource, amount) ON u.resource = t.resource
-          WHERE u."partition" = p_partition AND u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)
-          ORDER BY u.scope, u.resource FOR UPDATE OF u) AS c;
+                                  > coalesce(c.hard_limit, 9223372036854775807)),
+           v_tids || array_agg(c.ctid), v_deltas || array_agg(c.amount)
+    INTO v_broken, v_tids, v_deltas
+    FROM (SELECT s.scope, t.resource, t.amount
+          FROM unnest(v_scopes) AS s(scope) CROSS JOIN unnest(p_resources, p_amounts) AS t(resource, amount)
+          ORDER BY s.scope COLLATE "C", t.resource COLLATE "C") AS w
+    CROSS JOIN LATERAL (
+        SELECT u.ctid, u.in_use, u.reserved, u.hard_limit, w.amount FROM quota_usages u
+        WHERE u."partition" = p_partition AND u.scope_type = 'subtree' AND u.scope = w.scope
+          AND u.resource = w.resource
+        LIMIT 1 FOR UPDATE) AS c;
     IF v_broken > 0 THEN
         RAISE EXCEPTION 'over a limit' USING ERRCODE = 'QL001';
     END IF;
-    -- then the user/group counters, by (kind, name, queue, resource)
     IF cardinality(p_id_kinds) > 0 THEN
-        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit)
-        INTO v_count, v_broken
-        FROM (SELECT u.in_use, u.reserved, u.hard_limit, t.amount FROM quota_identity_usages u
-              JOIN unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts)
+        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit),
+               array_agg(c.ctid), array_agg(c.amount)
+        INTO v_count, v_broken, v_id_tids, v_id_deltas
+        FROM (SELECT t.* FROM unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts)
                 AS t(kind, name, queue, resource, amount)
-                ON u.kind = t.kind AND u.name = t.name AND u.queue = t.queue AND u.resource = t.resource
-              WHERE u."partition" = p_partition
-              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+              ORDER BY t.kind COLLATE "C", t.name COLLATE "C", t.queue COLLATE "C",
+                       t.resource COLLATE "C") AS w
+        CROSS JOIN LATERAL (
+            SELECT u.ctid, u.in_use, u.reserved, u.hard_limit, w.amount FROM quota_identity_usages u
+            WHERE u."partition" = p_partition AND u.kind = w.kind AND u.name = w.name
+              AND u.queue = w.queue AND u.resource = w.resource
+            LIMIT 1 FOR UPDATE) AS c;
         IF v_count < cardinality(p_id_kinds) OR v_broken > 0 THEN
             RAISE EXCEPTION 'a user or group counter is missing or full' USING ERRCODE = 'QL001';
         END IF;
     END IF;
-    -- then the ResourceQuota counters, by (kind, name, queue, resource); a quota counts the
-    -- live reservations it matches in in_use, from reserve on
+    -- a quota counts the live reservations it matches in in_use, from reserve on
     IF cardinality(p_quota_names) > 0 THEN
-        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit)
-        INTO v_count, v_broken
-        FROM (SELECT u.in_use, u.reserved, u.hard_limit, t.amount FROM quota_identity_usages u
-              JOIN unnest(p_quota_names, p_quota_resources, p_quota_amounts) AS t(name, resource, amount)
-                ON u.name = t.name AND u.resource = t.resource
-              WHERE u."partition" = p_partition AND u.kind = 'quota' AND u.queue = p_queue
-              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+        SELECT count(*), count(*) FILTER (WHERE c.in_use::numeric + c.reserved + c.amount > c.hard_limit),
+               array_agg(c.ctid), array_agg(c.amount)
+        INTO v_count, v_broken, v_quota_tids, v_quota_deltas
+        FROM (SELECT t.* FROM unnest(p_quota_names, p_quota_resources, p_quota_amounts)
+                AS t(name, resource, amount)
+              ORDER BY t.name COLLATE "C", t.resource COLLATE "C") AS w
+        CROSS JOIN LATERAL (
+            SELECT u.ctid, u.in_use, u.reserved, u.hard_limit, w.amount FROM quota_identity_usages u
+            WHERE u."partition" = p_partition AND u.kind = 'quota' AND u.name = w.name
+              AND u.queue = p_queue AND u.resource = w.resource
+            LIMIT 1 FOR UPDATE) AS c;
         IF v_count < cardinality(p_quota_names) OR v_broken > 0 THEN
             RAISE EXCEPTION 'a ResourceQuota counter is missing or full' USING ERRCODE = 'QL001';
         END IF;
     END IF;
-    UPDATE quota_usages u SET reserved = u.reserved + t.amount, updated_at = v_now
-    FROM unnest(p_resources, p_amounts) AS t(resource, amount)
-    WHERE u."partition" = p_partition AND u.resource = t.resource
-      AND ((u.scope_type = 'queue' AND u.scope = p_queue)
-           OR (u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)));
-    IF cardinality(p_id_kinds) > 0 THEN
-        UPDATE quota_identity_usages u SET reserved = u.reserved + t.amount, updated_at = v_now
-        FROM unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts)
-          AS t(kind, name, queue, resource, amount)
-        WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name AND u.queue = t.queue
-          AND u.resource = t.resource;
-    END IF;
-    IF cardinality(p_quota_names) > 0 THEN
-        UPDATE quota_identity_usages u SET in_use = u.in_use + t.amount, updated_at = v_now
-        FROM unnest(p_quota_names, p_quota_resources, p_quota_amounts) AS t(name, resource, amount)
-        WHERE u."partition" = p_partition AND u.kind = 'quota' AND u.queue = p_queue
-          AND u.name = t.name AND u.resource = t.resource;
-    END IF;
+    -- (a row we hold locked cannot move, so its address stays good until we update it)
+    UPDATE quota_usages u SET reserved = u.reserved + d.amount, updated_at = v_now
+    FROM unnest(v_tids, v_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    UPDATE quota_identity_usages u SET reserved = u.reserved + d.amount, updated_at = v_now
+    FROM unnest(v_id_tids, v_id_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    UPDATE quota_identity_usages u SET in_use = u.in_use + d.amount, updated_at = v_now
+    FROM unnest(v_quota_tids, v_quota_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
     RETURN v_now;
 END
 $$
@@ -182,6 +196,10 @@ DECLARE
     v_micros numeric;
     v_slot jsonb;
     v_in_use bigint;
+    v_tids tid[];
+    v_deltas bigint[];
+    v_id_tids tid[];
+    v_id_deltas bigint[];
 BEGIN
     SELECT * INTO r FROM reservations WHERE id = p_id FOR UPDATE;
     v_now := TIMEZONE('UTC', clock_timestamp());
@@ -238,45 +256,55 @@ BEGIN
             started_at = coalesce(v_app.started_at, v_now), pending = greatest(0, v_app.pending - 1)
         WHERE id = v_app.id;
     END IF;
-    SELECT count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807) INTO v_broken
-    FROM (SELECT u.in_use, t.amount FROM quota_usages u
-          JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
-          WHERE u."partition" = r."partition" AND u.scope_type = 'queue' AND u.scope = r.queue
-          ORDER BY u.scope, u.resource FOR UPDATE OF u) AS c;
-    SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807)
-    INTO v_broken
-    FROM (SELECT u.in_use, t.amount FROM quota_usages u
-          JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
-          WHERE u."partition" = r."partition" AND u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)
-          ORDER BY u.scope, u.resource FOR UPDATE OF u) AS c;
+    -- the counters in the canonical order, looked up by their whole unique key (see reserve)
+    SELECT count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807),
+           array_agg(c.ctid), array_agg(c.amount)
+    INTO v_broken, v_tids, v_deltas
+    FROM (SELECT t.resource, t.amount FROM unnest(v_resources, v_amounts) AS t(resource, amount)
+          ORDER BY t.resource COLLATE "C") AS w
+    CROSS JOIN LATERAL (
+        SELECT u.ctid, u.in_use, w.amount FROM quota_usages u
+        WHERE u."partition" = r."partition" AND u.scope_type = 'queue' AND u.scope = r.queue
+          AND u.resource = w.resource
+        LIMIT 1 FOR UPDATE) AS c;
+    SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807),
+           v_tids || array_agg(c.ctid), v_deltas || array_agg(c.amount)
+    INTO v_broken, v_tids, v_deltas
+    FROM (SELECT s.scope, t.resource, t.amount
+          FROM unnest(v_scopes) AS s(scope) CROSS JOIN unnest(v_resources, v_amounts) AS t(resource, amount)
+          ORDER BY s.scope COLLATE "C", t.resource COLLATE "C") AS w
+    CROSS JOIN LATERAL (
+        SELECT u.ctid, u.in_use, w.amount FROM quota_usages u
+        WHERE u."partition" = r."partition" AND u.scope_type = 'subtree' AND u.scope = w.scope
+          AND u.resource = w.resource
+        LIMIT 1 FOR UPDATE) AS c;
     IF v_app.id IS NOT NULL THEN
-        -- the user's and the application's group's counters on the lineage, canonical order
-        SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807)
-        INTO v_broken
-        FROM (SELECT u.in_use, t.amount FROM quota_identity_usages u
-              JOIN unnest(v_resources, v_amounts) AS t(resource, amount) ON u.resource = t.resource
-              WHERE u."partition" = r."partition" AND u.queue = ANY(v_scopes)
-                AND ((u.kind = 'user' AND u.name = v_app.user_name)
-                     OR (u.kind = 'group' AND u.name = v_app.group_name))
-              ORDER BY u.kind, u.name, u.queue, u.resource FOR UPDATE OF u) AS c;
+        -- the user's and the application's group's counters on the lineage
+        SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + c.amount > 9223372036854775807),
+               array_agg(c.ctid), array_agg(c.amount)
+        INTO v_broken, v_id_tids, v_id_deltas
+        FROM (SELECT k.kind, k.name, s.queue, t.resource, t.amount
+              FROM (VALUES ('user', v_app.user_name), ('group', v_app.group_name)) AS k(kind, name)
+              CROSS JOIN unnest(v_scopes) AS s(queue)
+              CROSS JOIN unnest(v_resources, v_amounts) AS t(resource, amount)
+              WHERE k.name IS NOT NULL
+              ORDER BY k.kind COLLATE "C", k.name COLLATE "C", s.queue COLLATE "C",
+                       t.resource COLLATE "C") AS w
+        CROSS JOIN LATERAL (
+            SELECT u.ctid, u.in_use, w.amount FROM quota_identity_usages u
+            WHERE u."partition" = r."partition" AND u.kind = w.kind AND u.name = w.name
+              AND u.queue = w.queue AND u.resource = w.resource
+            LIMIT 1 FOR UPDATE) AS c;
     END IF;
     IF v_broken > 0 THEN
         RAISE EXCEPTION 'a counter is at the bigint limit' USING ERRCODE = 'QL001';
     END IF;
-    UPDATE quota_usages u SET in_use = u.in_use + t.amount, reserved = u.reserved - t.amount,
+    UPDATE quota_usages u SET in_use = u.in_use + d.amount, reserved = u.reserved - d.amount,
                               updated_at = v_now
-    FROM unnest(v_resources, v_amounts) AS t(resource, amount)
-    WHERE u."partition" = r."partition" AND u.resource = t.resource
-      AND ((u.scope_type = 'queue' AND u.scope = r.queue)
-           OR (u.scope_type = 'subtree' AND u.scope = ANY(v_scopes)));
-    IF v_app.id IS NOT NULL THEN
-        UPDATE quota_identity_usages u SET in_use = u.in_use + t.amount, reserved = u.reserved - t.amount,
-                                           updated_at = v_now
-        FROM unnest(v_resources, v_amounts) AS t(resource, amount)
-        WHERE u."partition" = r."partition" AND u.resource = t.resource AND u.queue = ANY(v_scopes)
-          AND ((u.kind = 'user' AND u.name = v_app.user_name)
-               OR (u.kind = 'group' AND u.name = v_app.group_name));
-    END IF;
+    FROM unnest(v_tids, v_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    UPDATE quota_identity_usages u SET in_use = u.in_use + d.amount, reserved = u.reserved - d.amount,
+                                       updated_at = v_now
+    FROM unnest(v_id_tids, v_id_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
     RETURN QUERY SELECT r."partition"::text, r."key"::text, r.queue::text, r.user_name::text, r."groups",
                         r.application::text, r.priority_class::text, r.created_at, r.expires_at, v_now,
                         v_resources, v_amounts;

@@ -1,6 +1,7 @@
 """The hot statements can use their indexes (PostgreSQL EXPLAIN), so they stay fast at scale.
 
-On PostgreSQL the hot path runs the named SQL of ``pg_fast``, so that is what is explained here.
+On PostgreSQL the general path runs the named SQL of ``pg_fast``, so that is what is explained
+here; the statements inside the server-side functions are explained with ``auto_explain``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
-from quota_ledger.driver.dialect import normalize_url
+from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key, normalize_url
 from quota_ledger.driver.pg_fast import SQL
 
 
@@ -61,3 +62,25 @@ def test_reservation_lookup_by_key_uses_the_key_index(pg: tuple[QuotaEngine, Con
     _, conn = pg
     text_plan = plan(conn, "find_reservation_by_key", {"p": "default", "key": "k"})
     assert "uq_reservations_partition_key" in text_plan
+
+
+def test_the_expiry_function_finds_its_batch_by_the_pending_expiry_index(
+    pg: tuple[QuotaEngine, Connection],
+) -> None:
+    _, conn = pg
+    version = conn.execute(text("SELECT version FROM quota_config_head")).scalar_one()
+    raw = conn.connection.driver_connection
+    plans: list[str] = []
+    raw.add_notice_handler(lambda diagnostic: plans.append(diagnostic.message_primary or ""))  # type: ignore[union-attr]
+    conn.execute(text("LOAD 'auto_explain'"))
+    for setting in ("log_min_duration = 0", "log_nested_statements = on"):
+        conn.execute(text(f"SET auto_explain.{setting}"))
+    conn.execute(text("SET client_min_messages = log"))
+    expired = conn.execute(
+        text("SELECT quota_ledger_expire('default', 10, '{}'::text[], :v, :ns, :k)"),
+        {"v": version, "ns": ADVISORY_NAMESPACE, "k": advisory_key("default")},
+    ).scalar_one()
+    assert expired == 0  # nothing has expired: the batch query ran and found nothing
+    batch = [p for p in plans if "FOR UPDATE SKIP LOCKED" in p]
+    assert batch, plans
+    assert "ix_reservations_partition_state_expires_at" in batch[0]
