@@ -360,17 +360,17 @@ BEGIN
                  generate_series(1, cardinality(p.parts)) AS k
         ) AS a
     )
-    -- find and lock the counters in one pass: queue counters, then subtree counters, each by
-    -- scope and resource (the canonical order)
+    -- look up and lock the counters key by key in the canonical order: queue counters, then
+    -- subtree counters, each by scope and resource (as in quota_ledger_reserve)
     SELECT array_agg(c.ctid), array_agg(c.total) INTO v_counters, v_totals
-    FROM (SELECT u.ctid, t.total FROM (
-              SELECT scope_type, scope, resource, sum(total)::bigint AS total FROM targets
-              GROUP BY scope_type, scope, resource
-          ) AS t
-          JOIN quota_usages u ON u."partition" = p_partition AND u.scope_type = t.scope_type
-                             AND u.scope = t.scope AND u.resource = t.resource
-          ORDER BY u.scope_type = 'subtree', u.scope, u.resource
-          FOR UPDATE OF u) AS c;
+    FROM (SELECT scope_type, scope, resource, sum(total)::bigint AS total FROM targets
+          GROUP BY scope_type, scope, resource
+          ORDER BY scope_type = 'subtree', scope COLLATE "C", resource COLLATE "C") AS w
+    CROSS JOIN LATERAL (
+        SELECT u.ctid, w.total FROM quota_usages u
+        WHERE u."partition" = p_partition AND u.scope_type = w.scope_type AND u.scope = w.scope
+          AND u.resource = w.resource
+        LIMIT 1 FOR UPDATE) AS c;
     -- by physical address: a row we hold locked cannot move
     UPDATE quota_usages u SET reserved = u.reserved - d.total, updated_at = v_now
     FROM unnest(v_counters, v_totals) AS d(tid, total) WHERE u.ctid = d.tid;
