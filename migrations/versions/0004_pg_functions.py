@@ -46,7 +46,11 @@ CREATE FUNCTION quota_ledger_reserve(
     p_user text, p_groups text, p_application text, p_app_key text, p_group text,
     p_id_kinds text[], p_id_names text[], p_id_queues text[], p_id_resources text[], p_id_amounts bigint[]
 ) RETURNS timestamp
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Every read here is a lookup by key. A generic plan made while a table was small would scan
+-- it and keep scanning it as it grows, on every call of a long-lived connection.
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_now timestamp;
     v_version integer;
@@ -182,7 +186,9 @@ CREATE FUNCTION quota_ledger_commit(p_id text, p_operation_id text)
 RETURNS TABLE ("partition" text, "key" text, queue text, user_name text, "groups" text,
                application text, priority_class text, created_at timestamp, expires_at timestamp,
                resolved_at timestamp, resources text[], amounts bigint[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- lookups by key only (see quota_ledger_reserve)
+AS $$
 DECLARE
     r reservations%ROWTYPE;
     v_now timestamp;
@@ -318,7 +324,10 @@ CREATE FUNCTION quota_ledger_expire(
     p_lock_ns integer, p_lock_key integer
 ) RETURNS integer
 LANGUAGE plpgsql
-SET jit = off  -- a batch's row estimates are guesses; compiling would cost more than running
+-- A batch's row estimates are guesses: compiling would cost more than running. Every read is
+-- by key (see quota_ledger_reserve), so a scan of a whole table is never the better plan.
+SET jit = off
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamp;
