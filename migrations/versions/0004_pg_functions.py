@@ -34,6 +34,22 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$
 """
 
+_ENTER = """
+CREATE FUNCTION quota_ledger_enter(p_lock_ns integer, p_lock_key integer, p_version integer)
+RETURNS timestamp
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- the partition lock (shared: config writers take it exclusive), then the configuration
+    -- version read under it, which must be the one the caller compiled; returns the clock
+    PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
+    IF (SELECT version FROM quota_config_head WHERE id = 1) IS DISTINCT FROM p_version THEN
+        RAISE EXCEPTION 'configuration changed' USING ERRCODE = 'QL001';
+    END IF;
+    RETURN TIMEZONE('UTC', clock_timestamp());
+END
+$$
+"""
+
 _RESERVE = """
 CREATE FUNCTION quota_ledger_reserve(
     p_id text, p_partition text, p_key text, p_request_hash text, p_queue text,
@@ -53,7 +69,6 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamp;
-    v_version integer;
     v_scopes text[] := quota_ledger_lineage(p_queue);
     v_count integer;
     v_broken integer;
@@ -67,12 +82,7 @@ DECLARE
     v_quota_tids tid[];
     v_quota_deltas bigint[];
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
-    v_now := TIMEZONE('UTC', clock_timestamp());
-    SELECT version INTO v_version FROM quota_config_head WHERE id = 1;
-    IF v_version IS DISTINCT FROM p_version THEN
-        RAISE EXCEPTION 'configuration changed' USING ERRCODE = 'QL001';
-    END IF;
+    v_now := quota_ledger_enter(p_lock_ns, p_lock_key, p_version);
     -- our own new rows first (a same-key insert in flight makes us wait for it)
     INSERT INTO reservations (id, "partition", "key", request_hash, state, queue, user_name, "groups",
                               application, priority_class, created_at, expires_at, resolved_at, kube)
@@ -331,18 +341,12 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamp;
-    v_version integer;
     v_ids text[];
     v_queues text[];
     v_counters tid[];
     v_totals bigint[];
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
-    v_now := TIMEZONE('UTC', clock_timestamp());
-    SELECT version INTO v_version FROM quota_config_head WHERE id = 1;
-    IF v_version IS DISTINCT FROM p_version THEN
-        RAISE EXCEPTION 'configuration changed' USING ERRCODE = 'QL001';
-    END IF;
+    v_now := quota_ledger_enter(p_lock_ns, p_lock_key, p_version);
     SELECT array_agg(s.id), array_agg(s.queue) INTO v_ids, v_queues
     FROM (SELECT id, queue FROM reservations
           WHERE "partition" = p_partition AND state = 'pending' AND expires_at <= v_now
@@ -395,6 +399,7 @@ _FUNCTIONS = (
     "quota_ledger_reserve(text, text, text, text, text, text[], bigint[], bigint, text, text, integer,"
     " integer, integer, text[], text[], bigint[], text, text, text, text, text, text[], text[], text[],"
     " text[], bigint[])",
+    "quota_ledger_enter(integer, integer, integer)",
     "quota_ledger_lineage(text)",
 )
 
@@ -402,7 +407,7 @@ _FUNCTIONS = (
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for ddl in (_LINEAGE, _RESERVE, _COMMIT, _EXPIRE):
+    for ddl in (_LINEAGE, _ENTER, _RESERVE, _COMMIT, _EXPIRE):
         op.execute(ddl)
     # Room on each page for the new version of an updated counter row: the update stays on
     # the page (HOT) and touches no index (in_use, reserved and updated_at are not indexed).
