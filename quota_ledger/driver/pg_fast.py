@@ -1,5 +1,6 @@
-"""The reserve/commit hot path on PostgreSQL: named SQL run straight on the psycopg cursor.
+"""The general path on PostgreSQL: named SQL run straight on the psycopg cursor.
 
+What the server-side functions (:mod:`quota_ledger.driver.pg_functions`) decline runs here.
 SQLAlchemy Core costs about 90 µs of Python per statement; psycopg's cursor about 20 µs, and
 psycopg prepares a statement after a few uses. Each statement below mirrors the Core statement
 of the same name in :mod:`quota_ledger.driver.statements` (which SQLite and MariaDB use) and
