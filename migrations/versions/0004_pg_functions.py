@@ -50,6 +50,20 @@ END
 $$
 """
 
+_CHECK_UPDATED = """
+CREATE FUNCTION quota_ledger_check_updated(p_updated integer, p_tids tid[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- A counter locked in this transaction keeps its address until we update it; should that
+    -- ever not hold, fail the whole call as a serialization failure (the driver retries it)
+    -- rather than lose an update.
+    IF p_updated <> coalesce(cardinality(p_tids), 0) THEN
+        RAISE EXCEPTION 'a locked counter moved' USING ERRCODE = '40001';
+    END IF;
+END
+$$
+"""
+
 _RESERVE = """
 CREATE FUNCTION quota_ledger_reserve(
     p_id text, p_partition text, p_key text, p_request_hash text, p_queue text,
@@ -81,6 +95,7 @@ DECLARE
     v_id_deltas bigint[];
     v_quota_tids tid[];
     v_quota_deltas bigint[];
+    v_updated integer;
 BEGIN
     v_now := quota_ledger_enter(p_lock_ns, p_lock_key, p_version);
     -- our own new rows first (a same-key insert in flight makes us wait for it)
@@ -182,10 +197,16 @@ BEGIN
     -- (a row we hold locked cannot move, so its address stays good until we update it)
     UPDATE quota_usages u SET reserved = u.reserved + d.amount, updated_at = v_now
     FROM unnest(v_tids, v_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_tids);
     UPDATE quota_identity_usages u SET reserved = u.reserved + d.amount, updated_at = v_now
     FROM unnest(v_id_tids, v_id_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_id_tids);
     UPDATE quota_identity_usages u SET in_use = u.in_use + d.amount, updated_at = v_now
     FROM unnest(v_quota_tids, v_quota_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_quota_tids);
     RETURN v_now;
 END
 $$
@@ -216,6 +237,7 @@ DECLARE
     v_deltas bigint[];
     v_id_tids tid[];
     v_id_deltas bigint[];
+    v_updated integer;
 BEGIN
     SELECT * INTO r FROM reservations WHERE id = p_id FOR UPDATE;
     v_now := TIMEZONE('UTC', clock_timestamp());
@@ -318,9 +340,13 @@ BEGIN
     UPDATE quota_usages u SET in_use = u.in_use + d.amount, reserved = u.reserved - d.amount,
                               updated_at = v_now
     FROM unnest(v_tids, v_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_tids);
     UPDATE quota_identity_usages u SET in_use = u.in_use + d.amount, reserved = u.reserved - d.amount,
                                        updated_at = v_now
     FROM unnest(v_id_tids, v_id_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_id_tids);
     RETURN QUERY SELECT r."partition"::text, r."key"::text, r.queue::text, r.user_name::text, r."groups",
                         r.application::text, r.priority_class::text, r.created_at, r.expires_at, v_now,
                         v_resources, v_amounts;
@@ -345,6 +371,7 @@ DECLARE
     v_queues text[];
     v_counters tid[];
     v_totals bigint[];
+    v_updated integer;
 BEGIN
     v_now := quota_ledger_enter(p_lock_ns, p_lock_key, p_version);
     SELECT array_agg(s.id), array_agg(s.queue) INTO v_ids, v_queues
@@ -387,6 +414,8 @@ BEGIN
     -- by physical address: a row we hold locked cannot move
     UPDATE quota_usages u SET reserved = u.reserved - d.total, updated_at = v_now
     FROM unnest(v_counters, v_totals) AS d(tid, total) WHERE u.ctid = d.tid;
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_counters);
     RETURN cardinality(v_ids);
 END
 $$
@@ -399,6 +428,7 @@ _FUNCTIONS = (
     "quota_ledger_reserve(text, text, text, text, text, text[], bigint[], bigint, text, text, integer,"
     " integer, integer, text[], text[], bigint[], text, text, text, text, text, text[], text[], text[],"
     " text[], bigint[])",
+    "quota_ledger_check_updated(integer, tid[])",
     "quota_ledger_enter(integer, integer, integer)",
     "quota_ledger_lineage(text)",
 )
@@ -407,7 +437,7 @@ _FUNCTIONS = (
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for ddl in (_LINEAGE, _ENTER, _RESERVE, _COMMIT, _EXPIRE):
+    for ddl in (_LINEAGE, _ENTER, _CHECK_UPDATED, _RESERVE, _COMMIT, _EXPIRE):
         op.execute(ddl)
     # Room on each page for the new version of an updated counter row: the update stays on
     # the page (HOT) and touches no index (in_use, reserved and updated_at are not indexed).
