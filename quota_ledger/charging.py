@@ -45,13 +45,31 @@ def open_app(
     once per run of the application."""
     key = tracking.app_key(application, user, queue)
     app = tx.lock_apps(partition, [key]).get(key)
-    group = rules.select_group(queue, list(groups)) if user is not None else None
+    group = group_for(rules, queue, user, groups)
     if app is None:
         return tracking.new_app(partition, application, user, queue, group, now)
     check_owner(app, user, queue)
     if app.state == tracking.FINISHED:
         tracking.restart(app, group, now)
     return app
+
+
+def group_for(rules: PartitionRules, queue: str, user: str | None, groups: Sequence[str]) -> str | None:
+    """The group a new run of a user's application is tracked against (None without a user)."""
+    return rules.select_group(queue, list(groups)) if user is not None else None
+
+
+def identity_keys(
+    rules: PartitionRules, queue: str, user: str | None, group: str | None, requested: Iterable[str]
+) -> set[Key]:
+    """(kind, name, queue, resource) of every user/group counter that enforces a request."""
+    wanted = set(requested)
+    return {
+        (s.kind, s.name, s.queue, resource)
+        for s in rules.identity_scopes(queue, user, group)
+        for resource in s.rule.counters()
+        if resource in wanted
+    }
 
 
 def check_owner(app: AppState, user: str | None, queue: str) -> None:
@@ -77,13 +95,7 @@ def lock_for_reserve(
 ) -> list[Counter]:
     """Lock the user/group counters that enforce a reservation; missing ones are created
     (in a transaction of their own) and the reservation starts again."""
-    scopes = rules.identity_scopes(app.queue, app.user, app.group)
-    needed: set[Key] = {
-        (s.kind, s.name, s.queue, resource)
-        for s in scopes
-        for resource in s.rule.counters()
-        if resource in requested
-    }
+    needed = identity_keys(rules, app.queue, app.user, app.group, requested)
     if not needed:
         return []
     found = tx.lock_identity_counters(

@@ -286,9 +286,25 @@ class QuotaEngine:
         reservation_id = str(uuid.uuid4())
         chain = queues.lineage(queue)
         quota_usage: dict[str, int] = kube["usage"]
-        declined = False
+
+        def pending(now: datetime) -> Reservation:
+            return Reservation(
+                id=reservation_id,
+                state=ReservationState.PENDING,
+                partition=partition,
+                queue=queue,
+                resources=positive,
+                created_at=now.replace(tzinfo=UTC),
+                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
+                key=key,
+                user=identity["user"],
+                groups=group_list,
+                application=identity["application"],
+                priority_class=identity["priority_class"],
+            )
+
         if self.driver.functions and positive:
-            rules_now = self._compiled or self.driver.run(self._rules)  # compiled once per engine
+            rules_now = self._known_rules()
             charges = plain.quota_charges(rules_now, partition, queue, namespace, kube, missing)
             who = plain.identity_of(
                 rules_now,
@@ -300,7 +316,7 @@ class QuotaEngine:
                 application=identity["application"],
             )
             if charges is not None:
-                done = plain.reserve(
+                created = plain.reserve(
                     self.driver,
                     rules_now,
                     reservation_id,
@@ -315,34 +331,20 @@ class QuotaEngine:
                     charges=charges,
                     identity=who,
                 )
-                if done is not None:
-                    return done
-                declined = True  # a lost connection may have hidden our own commit: look first
+                if created is not None:
+                    return pending(created)
+                # Declined: nothing was written, unless a lost connection hid our own commit;
+                # then the insert below meets our id and the retry finds the reservation.
 
         def work(tx: LedgerTx) -> Reservation:
             if key is not None and (found := tx.find_reservation_by_key(partition, key)):
                 return arguments.same_request(found, partition, key, request_hash)
-            if (tx.attempt or declined) and (found := tx.find_reservation(reservation_id)):
+            if tx.attempt and (found := tx.find_reservation(reservation_id)):
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
             rules = self._rules(tx).partition(partition)
-            quotas = []
-            if rules.admission is not None or queue in rules.quotas:
-                quotas = quota_charging.admit(rules, queue, namespace, kube, missing)
-            reservation = Reservation(
-                id=reservation_id,
-                state=ReservationState.PENDING,
-                partition=partition,
-                queue=queue,
-                resources=positive,
-                created_at=now.replace(tzinfo=UTC),
-                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
-                key=key,
-                user=identity["user"],
-                groups=group_list,
-                application=identity["application"],
-                priority_class=identity["priority_class"],
-            )
+            quotas = quota_charging.admit(rules, queue, namespace, kube, missing)
+            reservation = pending(now)
             # Write our own new rows first and lock the shared counters last, so they are held
             # only for check, update and commit. A refusal rolls the inserts back.
             tx.insert_reservation(reservation, request_hash, kube)
@@ -656,7 +658,7 @@ class QuotaEngine:
 
     def _expire_plain(self, partition: str, batch_size: int) -> int:
         for _attempt in range(3):
-            rules = self._compiled or self.driver.run(self._rules)
+            rules = self._known_rules()
             count = plain.expire_batch(self.driver, rules, partition, batch_size)
             if count is not None:
                 return count
@@ -803,6 +805,11 @@ class QuotaEngine:
             compiled = configuring.compile_stored(version, *tx.load_config(version))
             self._compiled = compiled
         return compiled
+
+    def _known_rules(self) -> Rules:
+        """The newest configuration this engine compiled (compiled once, on first use); the
+        PostgreSQL functions check under the partition lock that it is still in force."""
+        return self._compiled or self.driver.run(self._rules)
 
     def _partition_rules(self, tx: LedgerTx, partition: str) -> PartitionRules:
         return self._rules(tx).partition(partition)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from quota_ledger import quota_charging, tracking
+from quota_ledger import charging, quota_charging, tracking
 from quota_ledger.config.rules import Rules
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
@@ -37,16 +37,12 @@ def quota_charges(
     """The (quota, resource, amount) charges of a request under ``rules``, or None when the
     admission rules refuse it: the general path then decides again under the partition lock
     (these ``rules`` may be out of date) and raises the refusal."""
-    found = rules.partition(partition)
-    if found.admission is None and queue not in found.quotas:
-        return []
     try:
-        quotas = quota_charging.admit(found, queue, namespace, kube, missing)
+        quotas = quota_charging.admit(rules.partition(partition), queue, namespace, kube, missing)
     except (MissingCoveringQuota, PodMissingResources):
         return None
     usage: Mapping[str, int] = kube["usage"]
-    wanted = {(q.key, name) for q in quotas for name in q.tracked() if usage.get(name, 0) > 0}
-    return [(key, name, usage[name]) for key, name in sorted(wanted)]
+    return [(key, name, usage[name]) for key, name in sorted(quota_charging.charged_keys(quotas, usage))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +74,8 @@ def identity_of(
     if user is None and application is None:
         return Identity(groups=groups)
     found = rules.partition(partition)
-    group = found.select_group(queue, list(groups)) if user is not None else None
-    needed = {
-        (scope.kind, scope.name, scope.queue, resource)
-        for scope in found.identity_scopes(queue, user, group)
-        for resource in scope.rule.counters()
-        if resource in resources
-    }
+    group = charging.group_for(found, queue, user, groups)
+    needed = charging.identity_keys(found, queue, user, group, resources)
     return Identity(
         user=user,
         groups=groups,
@@ -110,10 +101,10 @@ def reserve(
     kube: dict[str, Any],
     charges: Sequence[tuple[str, str, int]] = (),
     identity: Identity = Identity(),
-) -> Reservation | None:
+) -> datetime | None:
     """Reserve in one call, charging the ResourceQuota counters ``charges`` names and the
-    application and user/group counters of ``identity``; None when the function declined
-    (nothing was written)."""
+    application and user/group counters of ``identity``; the database clock it was created
+    at, or None when the function declined (nothing was written)."""
     names = sorted(resources)
     counters = identity.counters
     ttl = timedelta(seconds=ttl_seconds)
@@ -151,20 +142,7 @@ def reserve(
     if rows is None:
         return None
     now: datetime = rows[0][0]
-    return Reservation(
-        id=reservation_id,
-        state=ReservationState.PENDING,
-        partition=partition,
-        queue=queue,
-        resources=resources,
-        created_at=now.replace(tzinfo=UTC),
-        expires_at=(now + ttl).replace(tzinfo=UTC),
-        key=key,
-        user=identity.user,
-        groups=identity.groups,
-        application=identity.application,
-        priority_class=priority_class,
-    )
+    return now
 
 
 def commit(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:

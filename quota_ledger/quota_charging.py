@@ -39,6 +39,8 @@ def admit(
 ) -> list[ResourceQuota]:
     """The quotas a request must fit; refuses it when a covering quota is missing or a matching
     quota tracks a value some containers do not set."""
+    if rules.admission is None and queue not in rules.quotas:
+        return []  # nothing configured to fit
     quotas = rules.quotas.get(queue, ())
     scopes = PodScopes.from_dict(kube["scopes"])
     usage = kube["usage"]
@@ -67,11 +69,16 @@ def matching(rules: PartitionRules, queue: str, kube: Mapping[str, Any] | None) 
     return [q for q in rules.quotas.get(queue, ()) if q.matches(scopes)]
 
 
+def charged_keys(quotas: Iterable[ResourceQuota], usage: Mapping[str, int]) -> set[tuple[str, str]]:
+    """(quota key, tracked name) of every quota counter ``usage`` adds to."""
+    return {(q.key, name) for q in quotas for name in q.tracked() if usage.get(name, 0) > 0}
+
+
 def lock(
     tx: LedgerTx, partition: str, queue: str, quotas: Sequence[ResourceQuota], usage: Mapping[str, int]
 ) -> list[Counter]:
     """Lock the counters of ``quotas`` for the resources ``usage`` consumes."""
-    wanted = {(q.key, name) for q in quotas for name in q.tracked() if usage.get(name, 0) > 0}
+    wanted = charged_keys(quotas, usage)
     if not wanted:
         return []
     found = tx.lock_identity_counters(
