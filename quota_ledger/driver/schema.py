@@ -118,7 +118,7 @@ reservations = Table(
         name="resolved_when_not_pending",
     ),
     Index(None, "partition", "state", "expires_at"),
-    Index(None, "partition", "queue"),
+    Index(None, "partition", "queue", "state", "expires_at"),
     comment="Reservation headers; per-resource amounts are in reservation_items.",
 )
 

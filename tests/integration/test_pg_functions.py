@@ -357,6 +357,59 @@ def test_max_batches_bounds_the_whole_sweep(ledger: QuotaEngine, postgres_url: U
     assert ledger.expire(batch_size=3) == 4
 
 
+def stale(ledger: QuotaEngine, url: URL, queues: list[str]) -> None:
+    """One plain reservation in each of ``queues``, expired in that order (oldest first)."""
+    for queue in ["root", *sorted(set(queues))]:
+        ledger.set_limits(queue, {"fpga": 100})
+    made = [ledger.reserve(queue, {"fpga": 1}, ttl=60).id for queue in queues]
+    with create_engine(normalize_url(url)).begin() as conn:
+        for rank, rid in enumerate(made):
+            conn.execute(
+                text(
+                    "UPDATE reservations SET expires_at = created_at - make_interval(secs => 1000 - :n)"
+                    " WHERE id = :id"
+                ),
+                {"id": rid, "n": rank},
+            )
+
+
+def expired(url: URL) -> list[tuple[str, int]]:
+    return rows(
+        url, "SELECT queue, count(*) FROM reservations WHERE state = 'expired' GROUP BY queue ORDER BY queue"
+    )
+
+
+def test_a_batch_takes_the_oldest_queues_whole(ledger: QuotaEngine, postgres_url: URL, calls: Calls) -> None:
+    stale(ledger, postgres_url, ["root.q1", "root.q2", "root.q3"] * 3)
+    # the 4 oldest are in q1 q2 q3 q1: all of q1 (3), then q2's oldest fills the batch
+    calls.made.clear()
+    assert ledger.expire(batch_size=4, max_batches=1) == 4
+    assert calls.made == ["quota_ledger_expire"]
+    assert expired(postgres_url) == [("root.q1", 3), ("root.q2", 1)]
+    assert ledger.usage("root.q1")["fpga"].reserved == 0
+    assert ledger.usage("root.q2")["fpga"].reserved == 2
+    assert ledger.expire(batch_size=4) == 5
+    assert ledger.audit() == []
+
+
+def test_a_batch_fills_up_past_a_queue_another_sweeper_holds(ledger: QuotaEngine, postgres_url: URL) -> None:
+    stale(ledger, postgres_url, ["root.q1", "root.q1", "root.q1", "root.q2", "root.q3"])
+    other = create_engine(normalize_url(postgres_url))
+    try:
+        with other.begin() as conn:  # another sweeper's batch holds all of q1
+            held = conn.execute(
+                text("SELECT id FROM reservations WHERE queue = 'root.q1' AND state = 'pending' FOR UPDATE")
+            ).all()
+            assert len(held) == 3
+            # the 3 oldest are all in q1, which is skipped: the batch takes the rest instead
+            assert ledger.expire(batch_size=3, max_batches=1) == 2
+    finally:
+        other.dispose()
+    assert expired(postgres_url) == [("root.q2", 1), ("root.q3", 1)]
+    assert ledger.expire() == 3
+    assert ledger.audit() == []
+
+
 def test_a_schema_without_the_functions_uses_the_general_path(ledger: QuotaEngine, calls: Calls) -> None:
     migrate.downgrade(ledger.driver.engine, "0003")
     reservation = ledger.reserve("root.a", {"fpga": 1})
