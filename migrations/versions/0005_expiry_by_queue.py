@@ -38,6 +38,7 @@ AS $$
 DECLARE
     v_now timestamp;
     v_ids text[];
+    v_rows tid[];
     v_queues text[];
     v_counters tid[];
     v_totals bigint[];
@@ -48,8 +49,8 @@ BEGIN
     -- The queues of the oldest expired reservations, oldest first, and as many of the expired
     -- reservations in them as fit: stale reservations pile up per queue (a crashed client
     -- leaks a queue's worth), and a batch grouped by queue updates each counter once.
-    SELECT array_agg(b.id), array_agg(b.queue) INTO v_ids, v_queues
-    FROM (SELECT r.id, r.queue
+    SELECT array_agg(b.id), array_agg(b.queue), array_agg(b.ctid) INTO v_ids, v_queues, v_rows
+    FROM (SELECT r.id, r.queue, r.ctid
           FROM (SELECT s.queue FROM (
                     SELECT queue, expires_at FROM reservations
                     WHERE "partition" = p_partition AND state = 'pending' AND expires_at <= v_now
@@ -58,7 +59,7 @@ BEGIN
                     ORDER BY expires_at LIMIT p_limit) AS s
                 GROUP BY s.queue ORDER BY min(s.expires_at)) AS q
           CROSS JOIN LATERAL (
-              SELECT id, queue FROM reservations
+              SELECT id, queue, ctid FROM reservations
               WHERE "partition" = p_partition AND queue = q.queue AND state = 'pending'
                 AND expires_at <= v_now AND user_name IS NULL AND application IS NULL
               ORDER BY expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED) AS r
@@ -67,8 +68,9 @@ BEGIN
     IF v_count < p_limit THEN
         -- another sweeper holds some of those: fill up from the rest, oldest first, so that
         -- a short batch still means there is nothing left to sweep
-        SELECT v_ids || array_agg(s.id), v_queues || array_agg(s.queue) INTO v_ids, v_queues
-        FROM (SELECT id, queue FROM reservations
+        SELECT v_ids || array_agg(s.id), v_queues || array_agg(s.queue), v_rows || array_agg(s.ctid)
+        INTO v_ids, v_queues, v_rows
+        FROM (SELECT id, queue, ctid FROM reservations
               WHERE "partition" = p_partition AND state = 'pending' AND expires_at <= v_now
                 AND user_name IS NULL AND application IS NULL AND queue <> ALL(p_skip_queues)
                 AND id <> ALL(coalesce(v_ids, '{}'))
@@ -77,7 +79,10 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN 0;
     END IF;
-    UPDATE reservations SET state = 'expired', resolved_at = v_now WHERE id = ANY(v_ids);
+    -- by physical address, as the counters below: the rows are ours until we commit
+    UPDATE reservations SET state = 'expired', resolved_at = v_now WHERE ctid = ANY(v_rows);
+    GET DIAGNOSTICS v_updated = ROW_COUNT;
+    PERFORM quota_ledger_check_updated(v_updated, v_rows);
     WITH sums AS (
         SELECT e.queue, i.resource, sum(i.amount) AS total
         FROM unnest(v_ids, v_queues) AS e(id, queue)
