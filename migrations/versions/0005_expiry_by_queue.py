@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
@@ -132,6 +133,14 @@ def _expire_of_0004() -> str:
     return str(module._EXPIRE).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
 
 
+_PENDING = "ix_reservations_partition_state_expires_at"
+_KEY = "uq_reservations_partition_key"
+
+
+def _partial(predicate: str) -> dict[str, sa.TextClause]:
+    return {"postgresql_where": sa.text(predicate), "sqlite_where": sa.text(predicate)}
+
+
 def upgrade() -> None:
     op.create_index(
         "ix_reservations_partition_queue_state_expires_at",
@@ -139,6 +148,17 @@ def upgrade() -> None:
         ["partition", "queue", "state", "expires_at"],
     )
     op.drop_index("ix_reservations_partition_queue", table_name="reservations")
+    if op.get_bind().dialect.name in ("postgresql", "sqlite"):
+        # Partial indexes: a row that leaves 'pending', or has no key, adds no entry to them.
+        op.drop_index(_PENDING, table_name="reservations")
+        op.create_index(
+            _PENDING, "reservations", ["partition", "state", "expires_at"], **_partial("state = 'pending'")
+        )
+        with op.batch_alter_table("reservations") as batch:
+            batch.drop_constraint(_KEY, type_="unique")
+        op.create_index(
+            _KEY, "reservations", ["partition", "key"], unique=True, **_partial("key IS NOT NULL")
+        )
     if op.get_bind().dialect.name == "postgresql":
         op.execute(_EXPIRE)
 
@@ -146,5 +166,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(_expire_of_0004())
+    if op.get_bind().dialect.name in ("postgresql", "sqlite"):
+        op.drop_index(_KEY, table_name="reservations")
+        with op.batch_alter_table("reservations") as batch:
+            batch.create_unique_constraint(_KEY, ["partition", "key"])
+        op.drop_index(_PENDING, table_name="reservations")
+        op.create_index(_PENDING, "reservations", ["partition", "state", "expires_at"])
     op.create_index("ix_reservations_partition_queue", "reservations", ["partition", "queue"])
     op.drop_index("ix_reservations_partition_queue_state_expires_at", table_name="reservations")

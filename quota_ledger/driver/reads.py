@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, Integer, bindparam, func, select
 
 from quota_ledger.driver import dialect
-from quota_ledger.driver.schema import reservations
+from quota_ledger.driver.schema import PENDING, reservations
 from quota_ledger.driver.statements import _READ_MANY, StoredReservation, _many
 
 _R = reservations.c
@@ -23,7 +23,7 @@ _PENDING = (
 # soonest_expiring: ids of the pending reservations that expire first (the sweeper's index).
 _SOONEST = (
     select(_R.id)
-    .where(_R.partition == bindparam("p"), _R.state == "pending")
+    .where(_R.partition == bindparam("p"), _R.state == PENDING)
     .order_by(_R.expires_at)
     .limit(bindparam("n", type_=Integer))
 )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Index,
@@ -18,6 +20,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    literal_column,
+    text,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeEngine
@@ -93,6 +97,17 @@ quota_usages = Table(
     comment="Usage counters. available = hard_limit - (in_use + reserved) on subtree rows.",
 )
 
+
+#: ``state = PENDING`` writes 'pending' into the statement instead of binding it: only then can
+#: the planner prove that a query matches the partial pending index.
+PENDING: ColumnElement[str] = literal_column("'pending'", String)
+
+
+def _where(predicate: str) -> dict[str, Any]:
+    """A partial index's predicate on the engines that have partial indexes."""
+    return {"postgresql_where": text(predicate), "sqlite_where": text(predicate)}
+
+
 reservations = Table(
     "reservations",
     metadata,
@@ -111,13 +126,15 @@ reservations = Table(
     Column("resolved_at", timestamp_type(), nullable=True),
     Column("kube", Text, nullable=True, comment="JSON {usage, scopes} for ResourceQuotas"),
     Column("released_at", timestamp_type(), nullable=True),
-    UniqueConstraint("partition", "key"),
     CheckConstraint("state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"),
     CheckConstraint(
         "(state = 'pending' AND resolved_at IS NULL) OR (state <> 'pending' AND resolved_at IS NOT NULL)",
         name="resolved_when_not_pending",
     ),
-    Index(None, "partition", "state", "expires_at"),
+    # Partial where the engine has them (PostgreSQL, SQLite): a row leaving 'pending', or one
+    # without a key, adds no entry to these, so a commit or an expiry touches two indexes.
+    Index("uq_reservations_partition_key", "partition", "key", unique=True, **_where("key IS NOT NULL")),
+    Index(None, "partition", "state", "expires_at", **_where("state = 'pending'")),
     Index(None, "partition", "queue", "state", "expires_at"),
     comment="Reservation headers; per-resource amounts are in reservation_items.",
 )

@@ -39,6 +39,7 @@ from sqlalchemy import insert as sa_insert
 from quota_ledger.driver import dialect
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import (
+    PENDING,
     quota_journal,
     quota_partitions,
     quota_usages,
@@ -147,7 +148,7 @@ _LOCK_BY_ID = (
 # from using the (partition, state, expires_at) index.
 _EXPIRED_IDS = (
     select(_R.id)
-    .where(_R.partition == bindparam("p"), _R.state == "pending", _R.expires_at <= bindparam("now"))
+    .where(_R.partition == bindparam("p"), _R.state == PENDING, _R.expires_at <= bindparam("now"))
     .order_by(_R.expires_at)
     .limit(bindparam("n", type_=Integer))
 )

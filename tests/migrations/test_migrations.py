@@ -68,6 +68,23 @@ def test_constraint_names_follow_the_naming_convention(empty_db: URL) -> None:
         assert "ix_reservations_partition_state_expires_at" in indexes
 
 
+def test_pending_and_key_indexes_are_partial_where_the_engine_has_them(empty_db: URL) -> None:
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        indexes = {i["name"]: i for i in inspect(engine.driver.engine).get_indexes("reservations")}
+        backend = engine.driver.engine.dialect.name
+    pending = indexes["ix_reservations_partition_state_expires_at"]
+    key = indexes["uq_reservations_partition_key"]
+    assert key["unique"]
+    where = {name: idx.get("dialect_options", {}).get(f"{backend}_where") for name, idx in indexes.items()}
+    if backend in ("postgresql", "sqlite"):
+        assert "pending" in str(where[pending["name"]])
+        assert "NOT NULL" in str(where[key["name"]]).upper()
+    else:  # MariaDB has no partial indexes: full ones, same columns
+        assert pending["column_names"] == ["partition", "state", "expires_at"]
+        assert where[pending["name"]] is None
+
+
 @pytest.mark.slow
 def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
