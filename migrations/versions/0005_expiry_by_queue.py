@@ -47,6 +47,10 @@ DECLARE
     v_count integer;
 BEGIN
     v_now := quota_ledger_enter(p_lock_ns, p_lock_key, p_version);
+    -- A batch lost in a crash is swept again (its rows are still pending), and any later
+    -- commit that relied on it flushes it first (the WAL is ordered): no need to wait for the
+    -- flush, whose wait would hold the sweeper back while the load keeps the disk busy.
+    PERFORM set_config('synchronous_commit', 'off', true);
     -- The queues of the oldest expired reservations, oldest first, and as many of the expired
     -- reservations in them as fit: stale reservations pile up per queue (a crashed client
     -- leaks a queue's worth), and a batch grouped by queue updates each counter once.
