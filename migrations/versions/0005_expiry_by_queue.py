@@ -5,7 +5,10 @@ out, and so updated four counters per row. It now takes the queues of the oldest
 many of each queue's expired reservations as fit in the batch: each counter is updated once per
 batch, not once per row. ``ix_reservations_partition_queue`` becomes
 ``(partition, queue, state, expires_at)`` so that a queue's expired reservations are found
-without reading its history; every query that used the old index uses its prefix.
+without reading its history; every query that used the old index uses its prefix. The function
+also updates its locked reservation rows by address and commits without waiting for the WAL
+flush. On PostgreSQL and SQLite the pending-expiry index and the key index become partial
+(``state = 'pending'``, ``key IS NOT NULL``); MariaDB has no partial indexes and keeps both.
 
 Revision ID: 0005
 Revises: 0004
@@ -146,13 +149,14 @@ def _partial(predicate: str) -> dict[str, sa.TextClause]:
 
 
 def upgrade() -> None:
+    engine = op.get_bind().dialect.name
     op.create_index(
         "ix_reservations_partition_queue_state_expires_at",
         "reservations",
         ["partition", "queue", "state", "expires_at"],
     )
     op.drop_index("ix_reservations_partition_queue", table_name="reservations")
-    if op.get_bind().dialect.name in ("postgresql", "sqlite"):
+    if engine in ("postgresql", "sqlite"):
         # Partial indexes: a row that leaves 'pending', or has no key, adds no entry to them.
         op.drop_index(_PENDING, table_name="reservations")
         op.create_index(
@@ -163,14 +167,15 @@ def upgrade() -> None:
         op.create_index(
             _KEY, "reservations", ["partition", "key"], unique=True, **_partial("key IS NOT NULL")
         )
-    if op.get_bind().dialect.name == "postgresql":
+    if engine == "postgresql":
         op.execute(_EXPIRE)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    engine = op.get_bind().dialect.name
+    if engine == "postgresql":
         op.execute(_expire_of_0004())
-    if op.get_bind().dialect.name in ("postgresql", "sqlite"):
+    if engine in ("postgresql", "sqlite"):
         op.drop_index(_KEY, table_name="reservations")
         with op.batch_alter_table("reservations") as batch:
             batch.create_unique_constraint(_KEY, ["partition", "key"])
