@@ -26,7 +26,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0005"
+        assert migrate.current(engine.driver.engine) == "0006"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None
@@ -74,15 +74,19 @@ def test_pending_and_key_indexes_are_partial_where_the_engine_has_them(empty_db:
         indexes = {i["name"]: i for i in inspect(engine.driver.engine).get_indexes("reservations")}
         backend = engine.driver.engine.dialect.name
     pending = indexes["ix_reservations_partition_state_expires_at"]
+    by_queue = indexes["ix_reservations_partition_queue_state_expires_at"]
     key = indexes["uq_reservations_partition_key"]
     assert key["unique"]
+    assert by_queue["column_names"] == ["partition", "queue", "state", "expires_at"]
+    assert pending["column_names"] == ["partition", "state", "expires_at"]
     where = {name: idx.get("dialect_options", {}).get(f"{backend}_where") for name, idx in indexes.items()}
     if backend in ("postgresql", "sqlite"):
         assert "pending" in str(where[pending["name"]])
+        assert "pending" in str(where[by_queue["name"]])
         assert "NOT NULL" in str(where[key["name"]]).upper()
     else:  # MariaDB has no partial indexes: full ones, same columns
-        assert pending["column_names"] == ["partition", "state", "expires_at"]
         assert where[pending["name"]] is None
+        assert where[by_queue["name"]] is None
 
 
 @pytest.mark.slow
@@ -116,5 +120,5 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0005" in result.stdout
+    assert "schema at 0006" in result.stdout
     assert (workdir / "quota-ledger.db").is_file()
