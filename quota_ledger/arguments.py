@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -93,3 +94,21 @@ def flag(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{field} must be True or False", field=field)
     return value
+
+
+def sweep_options(batch_size: object, max_batches: object, workers: object, max_rate: object) -> None:
+    """The options of an expiry sweep (see :meth:`QuotaEngine.expire`)."""
+    for value, name in ((batch_size, "batch_size"), (workers, "workers")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidRequest(f"{name} must be a positive integer", field=name)
+    if max_batches is not None and (
+        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0
+    ):
+        raise InvalidRequest("max_batches must be a non-negative integer or None", field="max_batches")
+    if max_rate is not None and (
+        isinstance(max_rate, bool)
+        or not isinstance(max_rate, int | float)
+        or not math.isfinite(max_rate)
+        or max_rate <= 0
+    ):
+        raise InvalidRequest("max_rate must be a positive number of rows per second", field="max_rate")

@@ -2,12 +2,14 @@
 
 Every batch is its own transaction that skips rows another sweeper holds, so threads (or
 processes) sweeping the same partition never wait for each other's reservations and an
-interrupted sweep loses nothing.
+interrupted sweep loses nothing. A :class:`Pacer` holds the loop to a rate, so that working
+off a backlog takes a bounded share of the database instead of all it can get.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,17 +31,58 @@ class Budget:
             return True
 
 
-def run(batch: Callable[[], int], batch_size: int, budget: Budget, workers: int = 1) -> int:
+class Pacer:
+    """At most ``rate`` rows per second on average since the first batch, shared by every
+    thread (None: no limit). After a batch, :meth:`done` sleeps until the rows swept so far
+    are due: a fast batch is followed by a pause, a slow one by none."""
+
+    def __init__(self, rate: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = rate
+        self._clock = clock
+        self._started: float | None = None
+        self._rows = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Mark the start of a batch (the first one starts the clock)."""
+        if self._rate is not None:
+            with self._lock:
+                if self._started is None:
+                    self._started = self._clock()
+
+    def done(self, rows: int, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Count a finished batch's rows and wait until they are due."""
+        if self._rate is None:
+            return
+        with self._lock:
+            self._rows += rows
+            due = (self._started if self._started is not None else self._clock()) + self._rows / self._rate
+        pause = due - self._clock()
+        if pause > 0:
+            sleep(pause)
+
+
+def run(
+    batch: Callable[[], int],
+    batch_size: int,
+    budget: Budget,
+    workers: int = 1,
+    pacer: Pacer | None = None,
+) -> int:
     """Call ``batch`` (which expires up to ``batch_size`` rows and says how many) until a
-    batch comes back short or the budget is spent, on ``workers`` threads; the total."""
+    batch comes back short or the budget is spent, on ``workers`` threads, at the pace of
+    ``pacer``; the total."""
+    pace = pacer or Pacer(None)
 
     def loop() -> int:
         total = 0
         while budget.take():
+            pace.start()
             count = batch()
             total += count
             if count < batch_size:
                 break
+            pace.done(count)
         return total
 
     if workers == 1:

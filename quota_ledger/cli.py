@@ -175,20 +175,23 @@ def _usage(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
 
 def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     batch = args.batch_size or settings.sweep_batch_size
+    rate = settings.sweep_max_rate if args.max_rate is None else args.max_rate
     if args.once:
-        expired = engine.expire(batch_size=batch, workers=args.workers)
+        expired = engine.expire(batch_size=batch, workers=args.workers, max_rate=rate)
         _say(args, {"expired": expired}, "expired {expired} reservations")
         return 0
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     interval = args.interval or settings.sweep_interval
-    print(f"sweeping every {interval}s in batches of {batch}; Ctrl-C to stop", file=sys.stderr)
+    pace = f", at most {rate:g}/s" if rate else ""
+    print(f"sweeping every {interval}s in batches of {batch}{pace}; Ctrl-C to stop", file=sys.stderr)
     total = sweeper.run(
         engine,
         interval=interval,
         batch_size=batch,
         workers=args.workers,
+        max_rate=rate,
         stop=stop,
         on_round=lambda n: print(f"expired {n} reservations", file=sys.stderr, flush=True) if n else None,
     )
@@ -405,6 +408,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, help="seconds between sweeps (env QUOTA_LEDGER_SWEEP_INTERVAL)")
     p.add_argument("--batch-size", type=int, help="reservations per transaction")
     p.add_argument("--workers", type=int, default=1, help="batches in flight at once, one thread each")
+    p.add_argument(
+        "--max-rate",
+        type=float,
+        help="reservations per second at most, pausing between batches (env QUOTA_LEDGER_SWEEP_MAX_RATE)",
+    )
     p.set_defaults(handler=_sweep)
     p = sub.add_parser("audit", parents=[common], help="check counters against the ledger history")
     p.add_argument("--fix", action="store_true", help="repair counters that disagree")

@@ -621,28 +621,33 @@ class QuotaEngine:
         return self.driver.run(work, isolation="REPEATABLE READ")
 
     # -- expiry ------------------------------------------------------------------------------
-    def expire(self, *, batch_size: int = 500, max_batches: int | None = None, workers: int = 1) -> int:
+    def expire(
+        self,
+        *,
+        batch_size: int = 500,
+        max_batches: int | None = None,
+        workers: int = 1,
+        max_rate: float | None = None,
+    ) -> int:
         """Expire pending reservations whose time ran out; returns how many.
 
         Works in batches of ``batch_size``, one short transaction each, skipping rows another
         sweeper or a concurrent commit holds, so several sweepers (``workers`` threads here,
         or other processes) can run at once and an interrupted sweep loses nothing.
-        ``max_batches`` bounds the batches of this call in all.
+        ``max_batches`` bounds the batches of this call in all. ``max_rate`` holds the call to
+        that many reservations per second on average (pausing between batches), so that a
+        large backlog is worked off without taking the database from live traffic; None
+        sweeps as fast as the database allows.
         """
-        for value, name in ((batch_size, "batch_size"), (workers, "workers")):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidRequest(f"{name} must be a positive integer", field=name)
-        if max_batches is not None and (
-            isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0
-        ):
-            raise InvalidRequest("max_batches must be a non-negative integer or None", field="max_batches")
+        arguments.sweep_options(batch_size, max_batches, workers, max_rate)
         budget = batch_loop.Budget(max_batches)
+        pacer = batch_loop.Pacer(max_rate)
         total = 0
         for partition in self.driver.partitions():
             # Plain reservations first, a whole batch per server-side call (PostgreSQL) ...
             if self.driver.functions:
                 plain_batch = partial(self._expire_plain, partition, batch_size)
-                total += batch_loop.run(plain_batch, batch_size, budget, workers)
+                total += batch_loop.run(plain_batch, batch_size, budget, workers, pacer)
             # ... then everything else (and, on the other engines, everything).
             batch = partial(
                 self.driver.run,
@@ -653,7 +658,7 @@ class QuotaEngine:
                     rules_of=partial(self._partition_rules, partition=partition),
                 ),
             )
-            total += batch_loop.run(batch, batch_size, budget, workers)
+            total += batch_loop.run(batch, batch_size, budget, workers, pacer)
         return total
 
     def _expire_plain(self, partition: str, batch_size: int) -> int:

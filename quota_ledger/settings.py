@@ -18,6 +18,12 @@ class Settings(BaseSettings):
     default_ttl: float = Field(300.0, gt=0, description="seconds a reservation lives without a ttl")
     sweep_interval: float = Field(5.0, gt=0, description="seconds between expiry sweeps")
     sweep_batch_size: int = Field(500, ge=1, le=10_000, description="reservations per sweep transaction")
+    sweep_max_rate: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="reservations a sweep expires per second at most (unset: no limit)",
+    )
     host: str = Field("127.0.0.1", description="address the HTTP service listens on")
     port: int = Field(8080, ge=0, le=65535, description="port of the HTTP service (0: any free port)")
     token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")

@@ -19,17 +19,19 @@ def run(
     batch_size: int,
     stop: threading.Event,
     workers: int = 1,
+    max_rate: float | None = None,
     on_round: Callable[[int], None] | None = None,
 ) -> int:
     """Sweep every ``interval`` seconds until ``stop`` is set; returns the total expired.
 
-    Each round drains the backlog batch by batch (see :meth:`QuotaEngine.expire`); each batch
-    is its own short transaction, so stopping at any moment loses nothing.
+    Each round drains the backlog batch by batch (see :meth:`QuotaEngine.expire`), at most
+    ``max_rate`` reservations per second; each batch is its own short transaction, so
+    stopping at any moment loses nothing.
     """
     total = 0
     while not stop.is_set():
         try:
-            expired = engine.expire(batch_size=batch_size, workers=workers)
+            expired = engine.expire(batch_size=batch_size, workers=workers, max_rate=max_rate)
         except DatabaseUnavailable as error:
             log.warning("sweep failed, will retry: %s", error)
             stop.wait(interval)

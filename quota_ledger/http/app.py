@@ -94,6 +94,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
                     engine,
                     interval=settings.sweep_interval,
                     batch_size=settings.sweep_batch_size,
+                    max_rate=settings.sweep_max_rate,
                     stop=stop,
                     on_round=counted,
                 )

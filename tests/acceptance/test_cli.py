@@ -80,7 +80,10 @@ def test_sweep_once_expires_what_ran_out(tmp_path: Path) -> None:
     ok(cli("reserve", "root.a", "fpga=1", "--ttl", "0.2", db=db))
     ok(cli("reserve", "root.a", "fpga=2", "--ttl", "600", db=db))
     time.sleep(0.3)
-    assert json.loads(ok(cli("sweep", "--once", "--json", db=db))) == {"expired": 1}
+    refused = cli("sweep", "--once", "--max-rate", "0", "--json", db=db)
+    assert refused.returncode != 0
+    assert "max_rate" in refused.stdout + refused.stderr
+    assert json.loads(ok(cli("sweep", "--once", "--max-rate", "1000", "--json", db=db))) == {"expired": 1}
     assert json.loads(ok(cli("usage", "root.a", "--json", db=db)))["fpga"]["reserved"] == 2
 
 

@@ -250,6 +250,27 @@ def test_expire_with_max_batches_stops_early_and_loses_nothing(ledger: QuotaEngi
     assert ledger.usage("root")["fpga"].reserved == 0
 
 
+def test_expire_with_max_rate_paces_the_batches_and_sweeps_them_all(ledger: QuotaEngine) -> None:
+    for _ in range(6):
+        ledger.reserve("root.q", {"fpga": 1}, ttl=0.05)
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert ledger.expire(batch_size=2, max_rate=20) == 6
+    assert time.monotonic() - started >= 0.29  # three full batches of 2 at 20 rows/s
+    assert ledger.usage("root")["fpga"].reserved == 0
+    assert ledger.audit() == []
+
+
+@pytest.mark.parametrize("bad", [0, -5, float("nan"), float("inf"), True, "100"])
+def test_expire_refuses_a_bad_max_rate_and_sweeps_nothing(ledger: QuotaEngine, bad: object) -> None:
+    ledger.reserve("root.q", {"fpga": 1}, ttl=0.05)
+    time.sleep(0.1)
+    with pytest.raises(InvalidRequest) as refused:
+        ledger.expire(max_rate=bad)  # type: ignore[arg-type]
+    assert refused.value.field == "max_rate"
+    assert ledger.usage("root")["fpga"].reserved == 1
+
+
 def test_set_limits_none_removes_one_limit_and_leaves_the_others(ledger: QuotaEngine) -> None:
     ledger.set_limits("root.a", {"fpga": 1, "memory": "1Gi"})
     ledger.set_limits("root.a", {"fpga": None, "vcore": "500m"})
