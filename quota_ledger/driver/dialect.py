@@ -64,6 +64,11 @@ def build_engine(
         "pool_size": pool_size,
         "max_overflow": max_overflow,
         "pool_recycle": 3600,
+        # The connection returned last is handed out first: after a burst, a lone caller keeps
+        # reusing one warm server process instead of cycling through every pooled one (one
+        # thread on one queue after a 16-thread burst: 214 -> 335 pairs/s, where raw psycopg on
+        # one connection did 329-404), and the others can idle out.
+        "pool_use_lifo": True,
         "echo": echo,
         # Row locks are read fresh under READ COMMITTED; nothing relies on snapshots.
         "isolation_level": "READ COMMITTED",
