@@ -11,6 +11,9 @@ from quota_ledger.errors import DatabaseUnavailable
 
 log = logging.getLogger("quota_ledger.sweeper")
 
+#: batches per worker in one round: between rounds the loop checks whether it was told to stop
+ROUND_BATCHES = 20
+
 
 def run(
     engine: QuotaEngine,
@@ -24,14 +27,19 @@ def run(
 ) -> int:
     """Sweep every ``interval`` seconds until ``stop`` is set; returns the total expired.
 
-    Each round drains the backlog batch by batch (see :meth:`QuotaEngine.expire`), at most
-    ``max_rate`` reservations per second; each batch is its own short transaction, so
+    Each round expires up to :data:`ROUND_BATCHES` batches per worker (see
+    :meth:`QuotaEngine.expire`), at most ``max_rate`` reservations per second; a full round
+    is followed by the next at once, so a backlog is drained without waiting ``interval``
+    and a stop is seen within one round. Each batch is its own short transaction, so
     stopping at any moment loses nothing.
     """
     total = 0
+    round_batches = ROUND_BATCHES * workers
     while not stop.is_set():
         try:
-            expired = engine.expire(batch_size=batch_size, workers=workers, max_rate=max_rate)
+            expired = engine.expire(
+                batch_size=batch_size, workers=workers, max_rate=max_rate, max_batches=round_batches
+            )
         except DatabaseUnavailable as error:
             log.warning("sweep failed, will retry: %s", error)
             stop.wait(interval)
@@ -41,5 +49,6 @@ def run(
             on_round(expired)
         if expired:
             log.info("expired %d reservations", expired)
-        stop.wait(interval)
+        if expired < round_batches * batch_size:  # drained: wait for more to run out
+            stop.wait(interval)
     return total
