@@ -32,23 +32,16 @@ class Budget:
 
 
 class Pacer:
-    """At most ``rate`` rows per second on average since the first batch, shared by every
+    """At most ``rate`` rows per second on average since the pacer was made, shared by every
     thread (None: no limit). After a batch, :meth:`done` sleeps until the rows swept so far
     are due: a fast batch is followed by a pause, a slow one by none."""
 
     def __init__(self, rate: float | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._rate = rate
         self._clock = clock
-        self._started: float | None = None
+        self._started = clock()
         self._rows = 0
         self._lock = threading.Lock()
-
-    def start(self) -> None:
-        """Mark the start of a batch (the first one starts the clock)."""
-        if self._rate is not None:
-            with self._lock:
-                if self._started is None:
-                    self._started = self._clock()
 
     def done(self, rows: int, sleep: Callable[[float], None] = time.sleep) -> None:
         """Count a finished batch's rows and wait until they are due."""
@@ -56,7 +49,7 @@ class Pacer:
             return
         with self._lock:
             self._rows += rows
-            due = (self._started if self._started is not None else self._clock()) + self._rows / self._rate
+            due = self._started + self._rows / self._rate
         pause = due - self._clock()
         if pause > 0:
             sleep(pause)
@@ -77,7 +70,6 @@ def run(
     def loop() -> int:
         total = 0
         while budget.take():
-            pace.start()
             count = batch()
             total += count
             if count < batch_size:

@@ -23,15 +23,12 @@ class FakeTime:
 def test_a_pacer_waits_until_the_rows_swept_so_far_are_due() -> None:
     t = FakeTime()
     pacer = batch_loop.Pacer(1000.0, clock=t.clock)
-    pacer.start()
     t.now += 0.1  # a batch of 500 took 0.1 s: due at 0.5 s
     pacer.done(500, sleep=t.sleep)
     assert t.slept == [pytest.approx(0.4)]
-    pacer.start()
     t.now += 0.7  # the next one was slow (1.2 s in, 1,000 due at 1.0 s): no pause
     pacer.done(500, sleep=t.sleep)
     assert len(t.slept) == 1
-    pacer.start()
     t.now += 0.1  # 1,500 rows are due at 1.5 s; it is 1.3 s
     pacer.done(500, sleep=t.sleep)
     assert t.slept[-1] == pytest.approx(0.2)
@@ -40,7 +37,6 @@ def test_a_pacer_waits_until_the_rows_swept_so_far_are_due() -> None:
 def test_without_a_rate_a_pacer_never_waits() -> None:
     t = FakeTime()
     pacer = batch_loop.Pacer(None, clock=t.clock)
-    pacer.start()
     pacer.done(10**9, sleep=t.sleep)
     assert t.slept == []
 
