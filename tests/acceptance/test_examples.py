@@ -1,4 +1,4 @@
-"""The README's runnable examples run, on every backend, and print what the README says."""
+"""The runnable examples (shown in docs/kubernetes.md) run on every backend and print what the docs say."""
 
 from __future__ import annotations
 
