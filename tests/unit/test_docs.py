@@ -20,7 +20,7 @@ MAX_README_LINES = 260
 # Development history does not belong in the documentation: work sessions, issue numbers.
 FORBIDDEN = [
     re.compile(r"\bsessions?\s+#?\d+", re.IGNORECASE),
-    re.compile(r"\b(this|that|last|next|previous|earlier|later|every|each)\s+session\b", re.IGNORECASE),
+    re.compile(r"\b(this|last|next|previous|earlier|later)\s+session\b", re.IGNORECASE),
     re.compile(r"\bbefore\s+session\b", re.IGNORECASE),
     re.compile(r"\bissues?\s*#\s*\d+", re.IGNORECASE),
     re.compile(r"\bissues?[ -]\d+", re.IGNORECASE),
