@@ -86,18 +86,19 @@ def _local_only() -> set[Any]:
 
 def _db_upgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     engine.migrate(args.revision)
-    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
-    return 0
+    return _db_current(engine, args, _s)
 
 
 def _db_downgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    migrate.downgrade(engine.driver.engine, args.revision)
-    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
-    return 0
+    with engine.driver.translated():
+        migrate.downgrade(engine.driver.engine, args.revision)
+    return _db_current(engine, args, _s)
 
 
 def _db_current(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    _say(args, {"revision": migrate.current(engine.driver.engine)}, "schema at {revision}")
+    with engine.driver.translated():
+        revision = migrate.current(engine.driver.engine)
+    _say(args, {"revision": revision}, "schema at {revision}")
     return 0
 
 

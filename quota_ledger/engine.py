@@ -77,7 +77,8 @@ class QuotaEngine:
         """Upgrade the schema with Alembic (to ``head`` by default). Safe to call repeatedly."""
         from quota_ledger import migrate
 
-        migrate.upgrade(self.driver.engine, revision)
+        with self.driver.translated():
+            migrate.upgrade(self.driver.engine, revision)
 
     def close(self) -> None:
         """Release all database connections."""

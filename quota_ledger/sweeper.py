@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import DatabaseUnavailable
+from quota_ledger.errors import QuotaLedgerError
 
 log = logging.getLogger("quota_ledger.sweeper")
 
@@ -40,7 +40,8 @@ def run(
             expired = engine.expire(
                 batch_size=batch_size, workers=workers, max_rate=max_rate, max_batches=round_batches
             )
-        except DatabaseUnavailable as error:
+        except QuotaLedgerError as error:
+            # An outage or a schema being upgraded must not end the loop: it sweeps again later.
             log.warning("sweep failed, will retry: %s", error)
             stop.wait(interval)
             continue

@@ -7,7 +7,8 @@ import random
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, exc, select
@@ -106,6 +107,23 @@ class DbQuotaDriver:
                 attempt = self._after_error(error, attempt)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
                 attempt = self._after_pool_error(error, attempt)
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """Work on :attr:`engine` outside :meth:`run` (migrations, the schema revision) raises
+        the ledger's errors too: :class:`DatabaseUnavailable` when the database cannot be
+        reached. Not retried: a migration is not safe to run again halfway on every backend."""
+        try:
+            yield
+        except exc.DBAPIError as error:
+            kind = dialect.classify(error)
+            if kind == dialect.MISSING_SCHEMA:
+                raise SchemaNotReady() from error
+            if kind == dialect.FATAL:
+                raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
+            raise DatabaseUnavailable(f"{kind}: {type(error.orig).__name__}") from error
+        except (exc.TimeoutError, exc.DisconnectionError) as error:
+            raise DatabaseUnavailable(str(error)) from error
 
     def _after_error(self, error: exc.DBAPIError, attempt: int) -> int:
         """Raise what the caller should see, or count a retry, wait, and return the attempt."""

@@ -43,9 +43,15 @@ def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | Non
     """Run one function call as its own transaction; None when the function declined.
 
     Errors come back as SQLAlchemy's ``DBAPIError`` (with ``connection_invalidated`` set when
-    the connection died), so the driver retries them exactly as it retries a transaction.
+    the connection died), also when no connection could be opened, so the driver retries them
+    exactly as it retries a transaction.
     """
-    proxied = engine.raw_connection()
+    try:
+        proxied = engine.raw_connection()
+    except psycopg.Error as error:
+        # The pool hands out the driver's own error when it cannot connect (SQLAlchemy wraps
+        # it only for engine.connect()): wrap it here so the driver retries it like any other.
+        raise exc.DBAPIError.instance(sql, dict(params), error, psycopg.Error) from error
     try:
         raw: psycopg.Connection[Any] = proxied.driver_connection  # type: ignore[assignment]
         try:
