@@ -93,9 +93,7 @@ class PgCluster:
 
     def restart_immediate(self) -> None:
         """``pg_ctl restart -m immediate``: every backend dies at once, crash recovery follows."""
-        self._run(
-            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "immediate", "-w", "-t", "60", "restart"
-        )  # fmt: skip
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "immediate", "-w", "restart")
 
     def kill_postmaster(self) -> list[int]:
         """``kill -9`` of the postmaster; its children are left to notice. Returns their pids."""
@@ -182,7 +180,9 @@ class PgCluster:
         command = [str(self.bin / tool), *args]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120, cwd=self.root)
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=120, cwd=self.root
+        )
         if done.returncode != 0:
             tail = self.log.read_text()[-2000:] if self.log.exists() else ""
             raise ClusterError(f"{tool} {' '.join(args)} failed: {done.stderr.strip()}\n{tail}")

@@ -68,7 +68,7 @@ def _calls(engine: QuotaEngine, rid: str) -> dict[str, Callable[[], Any]]:
         "get": lambda: engine.get(rid),
         "get_by_key": lambda: engine.get_by_key("k1"),
         "usage": lambda: engine.usage("root.a"),
-        "limits": lambda: engine.limits(),
+        "limits": engine.limits,
         "set_limits": lambda: engine.set_limits("root.b", {"fpga": 1}),
         "apply_config": lambda: engine.apply_config({"partitions": [{"name": "default", "queues": []}]}),
         "config": engine.config,
@@ -168,7 +168,8 @@ def test_http_answers_503_with_retry_after_while_the_database_is_down(cluster: P
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive()
+        assert time.monotonic() < deadline
+        assert thread.is_alive()
         time.sleep(0.02)
     base = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     try:
