@@ -127,7 +127,11 @@ def test_reserve_and_commit_retry_then_give_up_within_the_budget(
 ) -> None:
     engine, rid = stopped
     engine.driver.backoff_cap = 0.5  # the default budget
-    for call in (lambda: engine.reserve("root.a", {"fpga": 1}), lambda: engine.commit(rid)):
+    calls: list[Callable[[], Any]] = [
+        lambda: engine.reserve("root.a", {"fpga": 1}),
+        lambda: engine.commit(rid),
+    ]
+    for call in calls:
         started = time.monotonic()
         with pytest.raises(DatabaseUnavailable, match="gave up after 10 attempts"):
             call()
