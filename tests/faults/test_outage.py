@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from pg_cluster import PgCluster
 
-from quota_ledger import DatabaseUnavailable, QuotaEngine, overview, tokens
+from quota_ledger import DatabaseUnavailable, QuotaEngine, cli, overview, tokens
 from quota_ledger.http.app import create_app
 from quota_ledger.settings import Settings
 
@@ -218,3 +218,13 @@ def test_http_answers_503_with_retry_after_while_the_database_is_down(cluster: P
         server.should_exit = True
         thread.join(timeout=30)
         engine.close()
+
+
+def test_cli_commands_on_a_stopped_database_exit_1_with_a_ledger_error(
+    stopped: tuple[QuotaEngine, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine, rid = stopped
+    url = engine.driver.url.render_as_string(hide_password=False)
+    for argv in (["db", "current"], ["db", "upgrade"], ["usage", "root.a"], ["commit", rid], ["audit"]):
+        assert cli.main(["--db", url, "--json", *argv]) == cli.EXIT_ERROR, argv
+        assert '"error": "DatabaseUnavailable"' in capsys.readouterr().err, argv
