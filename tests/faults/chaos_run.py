@@ -335,7 +335,15 @@ def _phase(
             with contextlib.suppress(psycopg.Error):  # the database is down for another fault
                 terminated[0] += cluster.terminate_backends(database)
 
+    broken: list[BaseException] = []
+
     def injector() -> None:
+        try:
+            inject()
+        except BaseException as error:  # raised again once the phase has stopped
+            broken.append(error)
+
+    def inject() -> None:
         for fault in sorted(phase.faults, key=lambda f: f.at):
             if quiet.wait(max(0.0, started + fault.at - time.monotonic())):
                 return
@@ -360,6 +368,8 @@ def _phase(
             thread.start()
         time.sleep(phase.seconds)
         helpers[0].join()  # every fault injected and repaired before the callers wind down
+        if broken:
+            raise RuntimeError(f"a fault could not be injected or repaired: {broken[0]!r}") from broken[0]
         stop.set()
         for thread in crew:
             thread.join(timeout=300)

@@ -30,4 +30,4 @@ def test_faults_leave_every_invariant_intact_and_every_error_typed(cluster: PgCl
     assert report.terminated > 0
     assert report.samples > 100
     assert [f.kind for f in report.faults] == ["restart", "kill_postmaster", "kill_service", "restart"]
-    assert all(f.recovery is not None and f.recovery < 30 for f in report.faults), report.faults
+    assert all(f.recovery is not None and f.recovery < 60 for f in report.faults), report.faults
