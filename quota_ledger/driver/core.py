@@ -120,7 +120,10 @@ class DbQuotaDriver:
             if kind == dialect.MISSING_SCHEMA:
                 raise SchemaNotReady() from error
             if kind == dialect.FATAL:
-                raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
+                # An operator runs these: the server's own words say what to fix.
+                first = str(error.orig).strip().splitlines()[:1]
+                detail = f"{type(error.orig).__name__}: {first[0]}" if first else type(error.orig).__name__
+                raise QuotaLedgerError(f"database error: {detail}") from error
             raise DatabaseUnavailable(f"{kind}: {type(error.orig).__name__}") from error
         except (exc.TimeoutError, exc.DisconnectionError) as error:
             raise DatabaseUnavailable(str(error)) from error
