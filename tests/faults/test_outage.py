@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from pg_cluster import PgCluster
 
-from quota_ledger import DatabaseUnavailable, QuotaEngine, cli, overview, tokens
+from quota_ledger import DatabaseUnavailable, QuotaEngine, cli, overview, sweeper, tokens
 from quota_ledger.http.app import create_app
 from quota_ledger.settings import Settings
 
@@ -228,3 +228,38 @@ def test_cli_commands_on_a_stopped_database_exit_1_with_a_ledger_error(
     for argv in (["db", "current"], ["db", "upgrade"], ["usage", "root.a"], ["commit", rid], ["audit"]):
         assert cli.main(["--db", url, "--json", *argv]) == cli.EXIT_ERROR, argv
         assert '"error": "DatabaseUnavailable"' in capsys.readouterr().err, argv
+
+
+def test_the_sweeper_outlives_a_missing_schema_and_an_outage(cluster: PgCluster) -> None:
+    url = cluster.create_database(f"outage_{uuid.uuid4().hex[:8]}")
+    engine = QuotaEngine.from_url(url)  # not migrated yet: every sweep fails with SchemaNotReady
+    engine.driver.backoff_cap = 0.01
+    stop = threading.Event()
+    expired: list[int] = []
+    thread = threading.Thread(
+        target=sweeper.run,
+        args=(engine,),
+        kwargs={"interval": 0.05, "batch_size": 10, "stop": stop, "on_round": expired.append},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        time.sleep(0.3)
+        assert thread.is_alive()
+        engine.migrate()
+        engine.set_limits("root.a", {"fpga": 10})
+        engine.driver.engine.dispose()
+        cluster.stop()
+        time.sleep(0.3)
+        cluster.start()
+        assert thread.is_alive()
+        engine.reserve("root.a", {"fpga": 1}, ttl=0.1)
+        deadline = time.monotonic() + 30
+        while sum(expired) < 1:
+            assert time.monotonic() < deadline, "the sweeper stopped sweeping"
+            time.sleep(0.05)
+        assert engine.usage("root.a")["fpga"].reserved == 0
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        engine.close()
