@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from quota_ledger import audit, queues
+from datetime import datetime
+
+from quota_ledger import audit, history, queues
+from quota_ledger.driver import history as history_rows
 from quota_ledger.driver import reads
+from quota_ledger.driver.statements import LedgerTx
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.limits import QUEUE, SUBTREE
+from quota_ledger.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.values import Reservation, Usage
 
 
@@ -37,3 +41,41 @@ def queue_tree(engine: QuotaEngine, partition: str = "default") -> dict[str, dic
             usage = Usage(in_use=in_use.get(key, 0), reserved=reserved.get(key, 0), limit=None)
         tree.setdefault(queue, {})[resource] = usage
     return tree
+
+
+def usage_history(
+    engine: QuotaEngine, queue: str, *, partition: str = "default", window: str = "1h"
+) -> history.UsageHistory:
+    """In-use and reserved usage of ``queue``'s subtree over ``window`` (see ``history.WINDOWS``)."""
+    queues.validate_partition(partition)
+    queues.validate_queue(queue)
+    span = history.window_named(window)
+
+    def read(tx: LedgerTx) -> tuple[datetime, list[Counter], history_rows.StepChanges]:
+        now = tx.db_now()
+        counters = tx.usage_rows(partition, queue)
+        changes = history_rows.step_changes(tx.conn, partition, queue, now - span.span, span.step)
+        return now, counters, changes
+
+    # One snapshot: the counters and the changes walked back from them must agree.
+    now, counters, changes = engine.driver.run(read, isolation="REPEATABLE READ")
+    in_use: dict[str, int] = {}
+    reserved: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    for counter in counters:
+        if counter.scope_type == SUBTREE and counter.limit is not None:
+            limits[counter.resource] = counter.limit
+        elif counter.scope_type == QUEUE:
+            in_use[counter.resource] = in_use.get(counter.resource, 0) + counter.in_use
+            reserved[counter.resource] = reserved.get(counter.resource, 0) + counter.reserved
+    return history.rebuild(
+        partition=partition,
+        queue=queue,
+        window=span,
+        now=now,
+        in_use=in_use,
+        reserved=reserved,
+        limits=limits,
+        in_use_changes=changes.in_use,
+        reserved_changes=changes.reserved,
+    )

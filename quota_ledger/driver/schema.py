@@ -137,6 +137,9 @@ reservations = Table(
     Index("uq_reservations_partition_key", "partition", "key", unique=True, **_where("key IS NOT NULL")),
     Index(None, "partition", "state", "expires_at", **_where("state = 'pending'")),
     Index(None, "partition", "queue", "state", "expires_at", **_where("state = 'pending'")),
+    # The usage history finds the reservations resolved in its window here. Partial where the
+    # engine has them: a new reservation adds no entry, its resolution adds one.
+    Index(None, "partition", "resolved_at", **_where("resolved_at IS NOT NULL")),
     comment="Reservation headers; per-resource amounts are in reservation_items.",
 )
 
@@ -174,6 +177,7 @@ quota_journal = Table(
     CheckConstraint("kind IN ('commit', 'release')", name="kind_known"),
     CheckConstraint("(kind = 'commit' AND delta > 0) OR (kind = 'release' AND delta < 0)", name="delta_sign"),
     Index(None, "operation_id"),
+    Index(None, "partition", "created_at"),  # the usage history reads one window of it
     comment="Append-only: every change of in_use. SUM(delta) per queue/resource = in_use.",
 )
 

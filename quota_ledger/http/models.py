@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quota_ledger import history
 from quota_ledger.values import Reservation, Usage
 
 Quantity = str | int
@@ -93,6 +94,42 @@ class UsageOut(BaseModel):
     @classmethod
     def of(cls, usage: Usage) -> UsageOut:
         return cls(in_use=usage.in_use, reserved=usage.reserved, limit=usage.limit, available=usage.available)
+
+
+class HistoryPointOut(BaseModel):
+    """The subtree's usage at ``time``, per resource, in base units."""
+
+    time: datetime
+    in_use: dict[str, int]
+    reserved: dict[str, int]
+
+
+class UsageHistoryOut(BaseModel):
+    """In-use and reserved usage of a queue's subtree over a window, one point a step."""
+
+    partition: str
+    queue: str
+    window: str = Field(..., examples=["1h"])
+    step: int = Field(..., description="seconds between two points")
+    start: datetime
+    end: datetime
+    limits: dict[str, int] = Field(..., description="the queue's own limits now")
+    resources: list[str]
+    points: list[HistoryPointOut]
+
+    @classmethod
+    def of(cls, found: history.UsageHistory) -> UsageHistoryOut:
+        return cls(
+            partition=found.partition,
+            queue=found.queue,
+            window=found.window.name,
+            step=found.window.step,
+            start=found.start,
+            end=found.end,
+            limits=found.limits,
+            resources=found.resources,
+            points=[HistoryPointOut(time=p.time, in_use=p.in_use, reserved=p.reserved) for p in found.points],
+        )
 
 
 class VersionOut(BaseModel):

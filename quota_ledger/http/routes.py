@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from quota_ledger import queues
+from quota_ledger import history, overview, queues
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
@@ -155,6 +155,19 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         """Usage of the queue's whole subtree per resource, with its limit."""
         check_scope(token, partition, queues.validate_queue(path))
         return {res: models.UsageOut.of(u) for res, u in engine.usage(path, partition=partition).items()}
+
+    @router.get("/usage/history", response_model=models.UsageHistoryOut, tags=["queues"])
+    def usage_history(
+        token: Annotated[Token, reader],
+        queue: Annotated[str, Query(max_length=255, examples=["root.project-a"])] = "root",
+        partition: Annotated[str, Query(max_length=64)] = "default",
+        window: Annotated[str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")] = "1h",
+    ) -> models.UsageHistoryOut:
+        """In-use and reserved usage of the queue's subtree over the last ``window``, rebuilt from
+        the journal and the reservations: at most 97 points, oldest first, in base units."""
+        check_scope(token, partition, queues.validate_queue(queue))
+        found = overview.usage_history(engine, queue, partition=partition, window=window)
+        return models.UsageHistoryOut.of(found)
 
     @router.put("/queues/{path}/limits", response_model=models.VersionOut, tags=["queues"])
     def set_limits(path: str, body: models.LimitsBody, token: Annotated[Token, admin]) -> models.VersionOut:

@@ -65,7 +65,7 @@ def test_usage_prints_a_readable_table(tmp_path: Path) -> None:
 
 
 def test_database_defaults_to_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
-    assert "schema at 0006" in ok(cli("db", "upgrade", cwd=tmp_path))
+    assert "schema at 0007" in ok(cli("db", "upgrade", cwd=tmp_path))
     assert (tmp_path / "quota-ledger.db").is_file()
     ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path))
     other = tmp_path / "other.db"

@@ -26,7 +26,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0006"
+        assert migrate.current(engine.driver.engine) == "0007"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None
@@ -120,5 +120,5 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0006" in result.stdout
+    assert "schema at 0007" in result.stdout
     assert (workdir / "quota-ledger.db").is_file()
