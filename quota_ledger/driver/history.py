@@ -19,7 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, DateTime, Integer, Select, and_, bindparam, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+)
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.schema import PENDING, quota_journal, reservation_items, reservations

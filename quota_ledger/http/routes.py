@@ -161,7 +161,9 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         token: Annotated[Token, reader],
         queue: Annotated[str, Query(max_length=255, examples=["root.project-a"])] = "root",
         partition: Annotated[str, Query(max_length=64)] = "default",
-        window: Annotated[str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")] = "1h",
+        window: Annotated[
+            str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")
+        ] = "1h",
     ) -> models.UsageHistoryOut:
         """In-use and reserved usage of the queue's subtree over the last ``window``, rebuilt from
         the journal and the reservations: at most 97 points, oldest first, in base units."""

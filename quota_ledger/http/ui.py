@@ -1,34 +1,38 @@
-"""``GET /ui``: a server-rendered dashboard (no build step, no JavaScript needed).
+"""``GET /ui``: the dashboard an operator keeps open. Served whole by the service: no build step,
+no CDN, works offline.
 
-The queue tree with used, reserved and limit per resource as bars; the busiest users and groups;
-the pending reservations that expire next; the ResourceQuota status table. Open it once as
+The queue tree with in use, reserved, limit and available per resource as bars (amber from 80 %
+of a limit, red from 100 %); a chart of one queue's usage over the last window, rebuilt from the
+ledger's history; users and groups against their limits; the pending reservations that expire
+next; the ResourceQuotas. A partition and window switch, a link to the API docs. The page
+refreshes its data every 15 seconds and says when it last did. Open it once as
 ``/ui?token=...`` (a reader token): the token is then kept in an HTTP-only cookie.
 """
 
+from __future__ import annotations
+
 import html
-from datetime import UTC, datetime
-from typing import Annotated, Any
+import json
+from functools import cache
+from importlib import resources
+from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
-from quota_ledger import overview, queues
+from quota_ledger import history, overview, queues
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import models
+from quota_ledger.http import models, ui_tables
 from quota_ledger.http.auth import Authenticator, check_scope
-from quota_ledger.quantity import format_quantity
 from quota_ledger.values import Usage
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2330;background:#f7f8fa}
-h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.6rem}
-table{border-collapse:collapse;background:#fff;min-width:40rem}
-td,th{padding:.3rem .6rem;border-bottom:1px solid #e3e6eb;text-align:left;font-size:.9rem;vertical-align:middle}
-th{background:#eef1f5}.num{text-align:right;font-variant-numeric:tabular-nums}
-.bar{display:inline-block;width:12rem;height:.8rem;background:#e3e6eb;border-radius:.2rem;overflow:hidden;vertical-align:middle}
-.used{display:inline-block;height:100%;background:#3b7dd8}.reserved{display:inline-block;height:100%;background:#9cc0f0}
-.over .used{background:#d8453b}.muted{color:#6b7382}
-"""
+_e = html.escape
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("quota_ledger.http").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
@@ -42,6 +46,10 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
     def dashboard(
         request: Request,
         partition: Annotated[str, Query(max_length=64)] = "default",
+        queue: Annotated[str, Query(max_length=255, description="the queue whose history is drawn")] = "root",
+        window: Annotated[
+            str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")
+        ] = "1h",
         token: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         """The dashboard (reader role; ``?token=`` once, then a cookie)."""
@@ -55,8 +63,11 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
             raise HTTPException(403, "the dashboard needs the reader role")
         queues.validate_partition(partition)
         check_scope(found, partition, None)
-        page = render(engine, partition)
-        response = HTMLResponse(page)
+        check_scope(found, partition, queues.validate_queue(queue))
+        history.window_named(window)
+        visible = [p for p in engine.driver.partitions() if found.covers(p, None)]
+        response = HTMLResponse(render(engine, partition, queue, window, visible))
+        response.headers["Cache-Control"] = "no-store"
         if token is not None:
             response.set_cookie("quota_ledger_token", token, httponly=True, samesite="strict")
         return response
@@ -64,133 +75,119 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
     return router
 
 
-def render(engine: QuotaEngine, partition: str) -> str:
+def render(engine: QuotaEngine, partition: str, queue: str, window: str, partitions: list[str]) -> str:
+    """The whole page for one partition, with the history of ``queue`` over ``window``."""
     tree = overview.queue_tree(engine, partition)
     users = engine.user_usages(partition=partition)
     groups = engine.group_usages(partition=partition)
     pending = overview.soonest_expiring(engine, partition, 15)
+    pending_count = sum(n for p, n, _ in overview.pending_summary(engine) if p == partition)
     quotas = [
         (f"{ns}/{name}", engine.resource_quota_status(ns, name, partition=partition))
         for ns, name in engine.resource_quotas(partition=partition)
     ]
-    e = html.escape
+    found = overview.usage_history(engine, queue, partition=partition, window=window)
+    data = models.UsageHistoryOut.of(found).model_dump(mode="json")
+    link = {"partition": partition, "window": window}
+    api = "/v1/usage/history?" + urlencode({"queue": queue, **link})
+    # Inside <script>, "<" would let data close the element: JSON allows it as \u003c.
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    generated = found.end.isoformat()
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>quota-ledger: {e(partition)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>quota-ledger <span class=muted>partition {e(partition)}</span></h1>",
-        "<h2>Queues</h2>",
-        _queue_table(tree),
-        "<h2>Busiest users</h2>",
-        _identity_table("users", "userName", users),
-        "<h2>Busiest groups</h2>",
-        _identity_table("groups", "groupName", groups),
-        "<h2>Pending reservations expiring next</h2>",
-        _pending_table(pending),
-        "<h2>ResourceQuotas</h2>",
-        _quota_table(quotas),
+        "<meta name=viewport content='width=device-width, initial-scale=1'>",
+        f"<title>quota-ledger: {_e(partition)}</title><style>{_asset('dashboard.css')}</style></head><body>",
+        "<header class=top>",
+        f"<h1>quota-ledger <span>partition {_e(partition)}</span></h1>",
+        _controls(partitions, partition, queue, window),
+        "<span class=spacer></span>",
+        "<span id=refresh-state><label><input type=checkbox id=auto-refresh checked> auto-refresh 15 s</label> ",
+        f"<span id=refresh-text>data of {_e(found.end.strftime('%H:%M:%S'))} UTC</span></span>",
+        "<nav><a id=docs-link href='/docs'>API docs</a>",
+        f"<a id=history-link href='{_e(api)}'>history as JSON</a></nav>",
+        "</header>",
+        "<main id=content>",
+        f"<time id=generated datetime='{_e(generated)}' hidden></time>",
+        _summary(tree, users, groups, pending_count),
+        "<div class=columns><div class=column>",
+        "<section class=panel id=queues-panel><h2>Queues <small>usage of each subtree against the "
+        "queue's own limit; select a queue to chart it</small></h2>",
+        ui_tables.legend(),
+        ui_tables.queue_table(tree, link, queue),
+        "</section>",
+        "<section class=panel><h2>Pending reservations expiring next "
+        f"<small>{pending_count} pending</small></h2>",
+        ui_tables.pending_table(pending),
+        "</section>",
+        "<section class=panel><h2>ResourceQuotas</h2>",
+        ui_tables.quota_table(quotas),
+        "</section></div><div class=column>",
+        f"<section class=panel id=history-panel><h2>Usage over time <small>{_e(queue)}, last "
+        f"{_e(window)}, a point every {_duration(found.window.step)}</small></h2>",
+        "<div class=legend><span><i class=used></i>in use</span><span><i class=reserved></i>reserved</span>"
+        "<span><i class=limit></i>limit</span></div>",
+        "<div id=history-chart><p class=empty>The chart needs JavaScript; the data is at "
+        f"<a href='{_e(api)}'>{_e(api)}</a>.</p></div>",
+        f"<script type=application/json id=history-data>{payload}</script>",
+        "</section>",
+        "<section class=panel><h2>Users <small>against their limits, nearest first</small></h2>",
+        ui_tables.identity_table("users", "userName", users),
+        "</section>",
+        "<section class=panel><h2>Groups <small>against their limits, nearest first</small></h2>",
+        ui_tables.identity_table("groups", "groupName", groups),
+        "</section></div></div></main>",
+        f"<script>{_asset('dashboard.js')}</script>",
         "</body></html>",
     ]
     return "".join(parts)
 
 
-def _bar(used: int, reserved: int, limit: int | None) -> str:
-    if not limit:
-        return "<span class=muted>no limit</span>" if limit is None else "<span class=muted>limit 0</span>"
-    u = min(100.0, 100.0 * used / limit)
-    r = min(100.0 - u, 100.0 * reserved / limit)
-    over = " over" if used + reserved > limit else ""
+def _controls(partitions: list[str], partition: str, queue: str, window: str) -> str:
+    names = sorted(set(partitions) | {partition})
+    options = "".join(f"<option{' selected' if p == partition else ''}>{_e(p)}</option>" for p in names)
+    windows = "".join(
+        f"<option{' selected' if w == window else ''}>{_e(w)}</option>" for w in history.WINDOWS
+    )
     return (
-        f"<span class='bar{over}' title='{used + reserved} of {limit}'>"
-        f"<span class=used style='width:{u:.1f}%'></span><span class=reserved style='width:{r:.1f}%'></span></span>"
+        "<form id=controls method=get action='/ui'>"
+        f"<label>partition<select name=partition id=partition-switch>{options}</select></label>"
+        f"<label>history<select name=window id=window-switch>{windows}</select></label>"
+        f"<input type=hidden name=queue value='{_e(queue)}'>"
+        "<noscript><button>show</button></noscript></form>"
     )
 
 
-def _fmt(resource: str, value: int | None) -> str:
-    if value is None:
-        return "-"
-    if resource == "applications":
-        return str(value)
-    return html.escape(
-        format_quantity(resource, value) if value >= 0 else f"-{format_quantity(resource, -value)}"
+def _summary(
+    tree: dict[str, dict[str, Usage]],
+    users: list[dict[str, object]],
+    groups: list[dict[str, object]],
+    pending: int,
+) -> str:
+    states = {
+        queue: {ui_tables.level(u.in_use + u.reserved, u.limit) for u in usage.values()}
+        for queue, usage in tree.items()
+    }
+    over = sum(1 for s in states.values() if "over" in s)
+    near = sum(1 for s in states.values() if "warn" in s and "over" not in s)
+    limited = sum(1 for usage in tree.values() if any(u.limit is not None for u in usage.values()))
+    identities = [row for r in [*users, *groups] for row in ui_tables.limit_rows(r)]
+    at_limit = sum(1 for row in identities if ui_tables.level(row.used, row.limit) == "over")
+    cards = [
+        ("", len(tree), "queues with usage or limits", "queue-count"),
+        ("", limited, "queues with limits", "limited-count"),
+        ("warn" if near else "", near, "queues at 80% of a limit", "near-count"),
+        ("over" if over else "", over, "queues at or over a limit", "over-count"),
+        ("over" if at_limit else "", at_limit, "user or group limits reached", "identity-over-count"),
+        ("", pending, "pending reservations", "pending-count"),
+    ]
+    return (
+        "<div class=summary id=summary>"
+        + "".join(
+            f"<div class='card {c}' id={i}><b>{n}</b><span>{_e(t)}</span></div>" for c, n, t, i in cards
+        )
+        + "</div>"
     )
 
 
-def _queue_table(tree: dict[str, dict[str, Usage]]) -> str:
-    if not tree:
-        return "<p id=queue-tree class=muted>No usage or limits yet.</p>"
-    rows = [
-        "<table id=queue-tree><tr><th>queue</th><th>resource</th><th class=num>in use</th>"
-        "<th class=num>reserved</th><th class=num>limit</th><th>used</th></tr>"
-    ]
-    for queue in sorted(tree):
-        depth = queue.count(".")
-        for index, (resource, usage) in enumerate(sorted(tree[queue].items())):
-            name = html.escape(queue.rsplit(".", 1)[-1]) if index == 0 else ""
-            rows.append(
-                f"<tr class=queue data-queue='{html.escape(queue)}'><td style='padding-left:{0.6 + depth * 1.2:.1f}rem'>"
-                f"{name}</td><td>{html.escape(resource)}</td><td class=num>{_fmt(resource, usage.in_use)}</td>"
-                f"<td class=num>{_fmt(resource, usage.reserved)}</td><td class=num>{_fmt(resource, usage.limit)}</td>"
-                f"<td>{_bar(usage.in_use, usage.reserved, usage.limit)}</td></tr>"
-            )
-    rows.append("</table>")
-    return "".join(rows)
-
-
-def _identity_table(table_id: str, field: str, reports: list[dict[str, Any]]) -> str:
-    def weight(report: dict[str, Any]) -> tuple[int, int]:
-        root = report.get("queues") or {}
-        usage = root.get("resourceUsage") or {}
-        return len(root.get("runningApplications") or []), sum(usage.values())
-
-    ranked = sorted(reports, key=weight, reverse=True)[:10]
-    if not ranked:
-        return f"<p id={table_id} class=muted>Nothing tracked.</p>"
-    rows = [
-        f"<table id={table_id}><tr><th>name</th><th class=num>running applications</th><th>usage</th></tr>"
-    ]
-    for report in ranked:
-        root = report.get("queues") or {}
-        usage = ", ".join(
-            f"{html.escape(k)}={_fmt(k, v)}" for k, v in sorted((root.get("resourceUsage") or {}).items())
-        )
-        rows.append(
-            f"<tr><td>{html.escape(str(report[field]))}</td><td class=num>{len(root.get('runningApplications') or [])}</td>"
-            f"<td>{usage or '<span class=muted>none</span>'}</td></tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
-
-
-def _pending_table(pending: list[Any]) -> str:
-    if not pending:
-        return "<p id=pending class=muted>No pending reservations.</p>"
-    now = datetime.now(UTC)
-    rows = [
-        "<table id=pending><tr><th>reservation</th><th>queue</th><th>resources</th><th class=num>expires in</th></tr>"
-    ]
-    for r in pending:
-        left = (r.expires_at - now).total_seconds()
-        amounts = ", ".join(f"{html.escape(k)}={_fmt(k, v)}" for k, v in r.resources.items())
-        rows.append(
-            f"<tr><td>{html.escape(r.id)}</td><td>{html.escape(r.queue)}</td><td>{amounts}</td>"
-            f"<td class=num>{max(0.0, left):.0f} s</td></tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
-
-
-def _quota_table(quotas: list[tuple[str, dict[str, Any]]]) -> str:
-    if not quotas:
-        return "<p id=resource-quotas class=muted>No ResourceQuotas.</p>"
-    rows = [
-        "<table id=resource-quotas><tr><th>quota</th><th>resource</th><th class=num>used</th>"
-        "<th class=num>hard</th></tr>"
-    ]
-    for key, status in quotas:
-        for resource, hard in status["hard"].items():
-            rows.append(
-                f"<tr><td>{html.escape(key)}</td><td>{html.escape(resource)}</td>"
-                f"<td class=num>{html.escape(status['used'].get(resource, '0'))}</td><td class=num>{html.escape(hard)}</td></tr>"
-            )
-    rows.append("</table>")
-    return "".join(rows)
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"

@@ -24,7 +24,9 @@ def _now(engine: QuotaEngine) -> datetime:
     return engine.driver.run(lambda tx: tx.db_now())
 
 
-def _move(engine: QuotaEngine, reservation_id: str, *, made: datetime, resolved: datetime | None = None) -> None:
+def _move(
+    engine: QuotaEngine, reservation_id: str, *, made: datetime, resolved: datetime | None = None
+) -> None:
     """Stamp a reservation (and its commit in the journal) as made and resolved at these times."""
     with engine.driver.engine.begin() as conn:
         values = {"created_at": made} | ({"resolved_at": resolved} if resolved is not None else {})
@@ -82,7 +84,8 @@ def test_history_replays_reservations_commits_rollbacks_and_releases(ledger: Quo
 
     found = overview.usage_history(ledger, "root.a", window="1h")
 
-    assert found.window.step == 60 and len(found.points) == 61
+    assert found.window.step == 60
+    assert len(found.points) == 61
     assert found.limits == {"vcore": 20 * CORE}
     assert found.resources == ["vcore"]
     expected = {60: (0, 8), 51: (0, 8), 50: (0, 12), 40: (4, 8), 30: (4, 10), 20: (4, 11)}
@@ -104,7 +107,8 @@ def test_a_quiet_queue_has_a_flat_history_of_its_usage(ledger: QuotaEngine) -> N
 
     found = overview.usage_history(ledger, "root.idle", window="1d")
 
-    assert found.window.step == 900 and len(found.points) == 97
+    assert found.window.step == 900
+    assert len(found.points) == 97
     assert found.end - found.start == timedelta(days=1)
     assert {p.reserved["memory"] for p in found.points} == {2**30}
     assert {p.in_use["vcore"] for p in found.points} == {0}
@@ -112,14 +116,18 @@ def test_a_quiet_queue_has_a_flat_history_of_its_usage(ledger: QuotaEngine) -> N
 
 def test_history_of_a_queue_without_rows_is_all_zero(ledger: QuotaEngine) -> None:
     found = overview.usage_history(ledger, "root.nothing", window="15m")
-    assert len(found.points) == 61 and found.limits == {} and found.resources == []
+    assert len(found.points) == 61
+    assert found.limits == {}
+    assert found.resources == []
 
 
 @pytest.mark.parametrize(
     ("queue", "window", "field"),
     [("root.a", "2h", "window"), ("root.a", "", "window"), ("a.b", "1h", "queue")],
 )
-def test_history_refuses_what_it_cannot_answer(ledger: QuotaEngine, queue: str, window: str, field: str) -> None:
+def test_history_refuses_what_it_cannot_answer(
+    ledger: QuotaEngine, queue: str, window: str, field: str
+) -> None:
     with pytest.raises(InvalidRequest) as refused:
         overview.usage_history(ledger, queue, window=window)
     assert refused.value.field == field
@@ -131,7 +139,10 @@ def test_history_statements_read_their_window_through_an_index(db_url: URL) -> N
         backend = engine.driver.backend
         params = {"p": "default", "q": "root.a", "lo": "root.a.", "hi": "root.a/", "step": 60}
         params["since"] = datetime(2026, 1, 1)
-        pending = ("ix_reservations_partition_queue_state_expires_at", "ix_reservations_partition_state_expires_at")
+        pending = (
+            "ix_reservations_partition_queue_state_expires_at",
+            "ix_reservations_partition_state_expires_at",
+        )
         expected = {
             "_JOURNAL_STEPS": ("ix_quota_journal_partition_created_at",),
             "_RESOLVED": ("ix_reservations_partition_resolved_at",),
