@@ -50,6 +50,7 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
         window: Annotated[
             str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")
         ] = "1h",
+        refresh: Annotated[int, Query(ge=1, le=3600, description="seconds between refreshes")] = 15,
         token: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         """The dashboard (reader role; ``?token=`` once, then a cookie)."""
@@ -66,7 +67,7 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
         check_scope(found, partition, queues.validate_queue(queue))
         history.window_named(window)
         visible = [p for p in engine.driver.partitions() if found.covers(p, None)]
-        response = HTMLResponse(render(engine, partition, queue, window, visible))
+        response = HTMLResponse(render(engine, partition, queue, window, visible, refresh))
         response.headers["Cache-Control"] = "no-store"
         if token is not None:
             response.set_cookie("quota_ledger_token", token, httponly=True, samesite="strict")
@@ -75,7 +76,9 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
     return router
 
 
-def render(engine: QuotaEngine, partition: str, queue: str, window: str, partitions: list[str]) -> str:
+def render(
+    engine: QuotaEngine, partition: str, queue: str, window: str, partitions: list[str], refresh: int = 15
+) -> str:
     """The whole page for one partition, with the history of ``queue`` over ``window``."""
     tree = overview.queue_tree(engine, partition)
     users = engine.user_usages(partition=partition)
@@ -88,20 +91,22 @@ def render(engine: QuotaEngine, partition: str, queue: str, window: str, partiti
     ]
     found = overview.usage_history(engine, queue, partition=partition, window=window)
     data = models.UsageHistoryOut.of(found).model_dump(mode="json")
-    link = {"partition": partition, "window": window}
-    api = "/v1/usage/history?" + urlencode({"queue": queue, **link})
+    api = "/v1/usage/history?" + urlencode({"queue": queue, "partition": partition, "window": window})
+    link = {"partition": partition, "window": window} | ({"refresh": str(refresh)} if refresh != 15 else {})
     # Inside <script>, "<" would let data close the element: JSON allows it as \u003c.
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     generated = found.end.isoformat()
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<meta name=viewport content='width=device-width, initial-scale=1'>",
-        f"<title>quota-ledger: {_e(partition)}</title><style>{_asset('dashboard.css')}</style></head><body>",
+        f"<title>quota-ledger: {_e(partition)}</title><style>{_asset('dashboard.css')}</style></head>",
+        f"<body data-refresh-seconds={refresh}>",
         "<header class=top>",
         f"<h1>quota-ledger <span>partition {_e(partition)}</span></h1>",
-        _controls(partitions, partition, queue, window),
+        _controls(partitions, partition, queue, window, refresh),
         "<span class=spacer></span>",
-        "<span id=refresh-state><label><input type=checkbox id=auto-refresh checked> auto-refresh 15 s</label> ",
+        "<span id=refresh-state><label><input type=checkbox id=auto-refresh checked> "
+        f"auto-refresh {refresh} s</label> ",
         f"<span id=refresh-text>data of {_e(found.end.strftime('%H:%M:%S'))} UTC</span></span>",
         "<nav><a id=docs-link href='/docs'>API docs</a>",
         f"<a id=history-link href='{_e(api)}'>history as JSON</a></nav>",
@@ -142,7 +147,7 @@ def render(engine: QuotaEngine, partition: str, queue: str, window: str, partiti
     return "".join(parts)
 
 
-def _controls(partitions: list[str], partition: str, queue: str, window: str) -> str:
+def _controls(partitions: list[str], partition: str, queue: str, window: str, refresh: int) -> str:
     names = sorted(set(partitions) | {partition})
     options = "".join(f"<option{' selected' if p == partition else ''}>{_e(p)}</option>" for p in names)
     windows = "".join(
@@ -153,6 +158,7 @@ def _controls(partitions: list[str], partition: str, queue: str, window: str) ->
         f"<label>partition<select name=partition id=partition-switch>{options}</select></label>"
         f"<label>history<select name=window id=window-switch>{windows}</select></label>"
         f"<input type=hidden name=queue value='{_e(queue)}'>"
+        f"<input type=hidden name=refresh value={refresh}>"
         "<noscript><button>show</button></noscript></form>"
     )
 

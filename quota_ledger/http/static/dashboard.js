@@ -2,7 +2,7 @@
 // It formats quantities, draws the usage history as inline SVG and refreshes the page's data.
 "use strict";
 (function () {
-  const REFRESH_SECONDS = 15;
+  const REFRESH_SECONDS = Number(document.body.dataset.refreshSeconds) || 15;
   const BINARY = [["Pi", 2 ** 50], ["Ti", 2 ** 40], ["Gi", 2 ** 30], ["Mi", 2 ** 20], ["Ki", 2 ** 10]];
   const MILLI = new Set(["vcore", "cpu"]);
 
@@ -162,6 +162,7 @@
         const content = fresh.getElementById("content");
         if (!content) throw new Error("no content");
         document.getElementById("content").replaceWith(content);
+        document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
         failedAt = null;
         setUp();
       })

@@ -1,0 +1,119 @@
+"""One headless Chromium (Debian's ``chromium``) driven over the DevTools protocol.
+
+Starting Chromium costs seconds; a page in a running one costs a fraction of one. The tests
+open pages, read the DOM after the page's script ran, and take screenshots through it.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from websockets.sync.client import ClientConnection, connect
+
+
+class Browser:
+    def __init__(self, width: int, height: int) -> None:
+        binary = shutil.which("chromium") or shutil.which("chromium-browser")
+        assert binary, "Debian's chromium is needed for this test (scripts/test installs it as root)"
+        self._home = tempfile.TemporaryDirectory(prefix="ql-chromium-")
+        log = Path(self._home.name) / "stderr.log"
+        with log.open("wb") as sink:  # a file, not a pipe: Chromium keeps writing to stderr
+            self._process = subprocess.Popen(
+                [
+                    binary,
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-dev-shm-usage",
+                    "--hide-scrollbars",
+                    "--no-first-run",
+                    "--remote-debugging-port=0",
+                    f"--user-data-dir={self._home.name}/profile",
+                    "about:blank",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        deadline = time.monotonic() + 60
+        while (found := re.search(r"DevTools listening on (ws://\S+)", log.read_text(errors="replace"))) is None:
+            assert self._process.poll() is None, log.read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, "Chromium did not start"
+            time.sleep(0.05)
+        self._socket: ClientConnection = connect(found.group(1), max_size=None, open_timeout=30)
+        self._ids = itertools.count(1)
+        self._events: list[dict[str, Any]] = []
+        target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self._session = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Page.enable")
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+
+    def _call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> Any:
+        number = next(self._ids)
+        message: dict[str, Any] = {"id": number, "method": method, "params": params or {}}
+        if session is not None:
+            message["sessionId"] = session
+        self._socket.send(json.dumps(message))
+        while True:
+            reply = json.loads(self._socket.recv(timeout=60))
+            if reply.get("id") == number:
+                assert "error" not in reply, reply["error"]
+                return reply.get("result", {})
+            self._events.append(reply)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """A DevTools command in the page's session."""
+        return self._call(method, params, self._session)
+
+    def open(self, url: str) -> None:
+        """Load ``url`` and wait for its load event (the page's script has run by then)."""
+        self._events.clear()
+        self.call("Page.navigate", {"url": url})
+        deadline = time.monotonic() + 30
+        while not any(e.get("method") == "Page.loadEventFired" for e in self._events):
+            assert time.monotonic() < deadline, "the page did not load"
+            self._events.append(json.loads(self._socket.recv(timeout=30)))
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        return result["result"].get("value")
+
+    def dom(self) -> str:
+        """The document as it is now, after the page's script changed it."""
+        return str(self.evaluate("document.documentElement.outerHTML"))
+
+    def wait_for(self, expression: str, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.evaluate(expression):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def screenshot(self, path: Path) -> Path:
+        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def close(self) -> None:
+        try:
+            self._socket.close()
+        finally:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._home.cleanup()
