@@ -44,7 +44,8 @@ class Browser:
                 stderr=sink,
             )
         deadline = time.monotonic() + 60
-        while (found := re.search(r"DevTools listening on (ws://\S+)", log.read_text(errors="replace"))) is None:
+        listening = re.compile(r"DevTools listening on (ws://\S+)")
+        while (found := listening.search(log.read_text(errors="replace"))) is None:
             assert self._process.poll() is None, log.read_text(errors="replace")[-2000:]
             assert time.monotonic() < deadline, "Chromium did not start"
             time.sleep(0.05)
@@ -52,7 +53,8 @@ class Browser:
         self._ids = itertools.count(1)
         self._events: list[dict[str, Any]] = []
         target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self._session = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        attached = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})
+        self._session = attached["sessionId"]
         self.call("Page.enable")
         self.call(
             "Emulation.setDeviceMetricsOverride",
