@@ -133,7 +133,7 @@ reservations = Table(
     ),
     # Partial where the engine has them (PostgreSQL, SQLite): a row leaving 'pending', or one
     # without a key, adds no entry to these: a commit or an expiry writes to the primary key
-    # only (and the key index, for a keyed row), not to four indexes.
+    # and the resolved index below only (and the key index, for a keyed row).
     Index("uq_reservations_partition_key", "partition", "key", unique=True, **_where("key IS NOT NULL")),
     Index(None, "partition", "state", "expires_at", **_where("state = 'pending'")),
     Index(None, "partition", "queue", "state", "expires_at", **_where("state = 'pending'")),
