@@ -181,7 +181,7 @@ def _summary(
     cards = [
         ("", len(tree), "queues with usage or limits", "queue-count"),
         ("", limited, "queues with limits", "limited-count"),
-        ("warn" if near else "", near, "queues at 80% of a limit", "near-count"),
+        ("warn" if near else "", near, "queues near a limit (80% and up)", "near-count"),
         ("over" if over else "", over, "queues at or over a limit", "over-count"),
         ("over" if at_limit else "", at_limit, "user or group limits reached", "identity-over-count"),
         ("", pending, "pending reservations", "pending-count"),

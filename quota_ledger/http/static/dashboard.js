@@ -178,6 +178,13 @@
     showRefreshed();
   }
 
+  // The token came in the address once and is in a cookie now: keep it out of the address bar,
+  // the history and the page's own refreshes.
+  const address = new URL(window.location.href);
+  if (address.searchParams.has("token")) {
+    address.searchParams.delete("token");
+    window.history.replaceState(null, "", address.toString());
+  }
   const auto = document.getElementById("auto-refresh");
   if (auto) {
     auto.checked = window.localStorage.getItem("quota-ledger-auto-refresh") !== "off";
