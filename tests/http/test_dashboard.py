@@ -174,6 +174,9 @@ def _busy(engine: QuotaEngine) -> None:
         if committed is not None:
             engine.commit(r.id)
         _age(engine, r.id, made, committed)
+    hard = {"pods": "10", "requests.cpu": "4"}
+    quota = {"metadata": {"name": "pods", "namespace": "team"}, "spec": {"hard": hard}}
+    engine.apply_resource_quota({"apiVersion": "v1", "kind": "ResourceQuota", **quota})
 
 
 def test_a_busy_ledger(browser: Browser, service: Service, tmp_path: Path) -> None:
@@ -196,6 +199,7 @@ def test_a_busy_ledger(browser: Browser, service: Service, tmp_path: Path) -> No
     assert len(set(used)) >= 5, "the chart should show the hour's steps"
     assert points[-1]["reserved"]["vcore"] == 4000
     assert dom.count("<tr><td title=") == 3  # three pending reservations
+    assert re.search(r'id="resource-quotas">.*<td>team/pods</td><td>pods</td>', dom)
     users = dom[dom.index('id="users"') :]
     assert re.search(r'data-name="bob">.*?"num limit"><span class="q" data-r="vcore" data-v="6000"', users)
     assert _count(image, AMBER) > 4 * LEGEND
