@@ -7,6 +7,7 @@ open pages, read the DOM after the page's script ran, and take screenshots throu
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import re
@@ -49,7 +50,10 @@ class Browser:
             assert self._process.poll() is None, log.read_text(errors="replace")[-2000:]
             assert time.monotonic() < deadline, "Chromium did not start"
             time.sleep(0.05)
-        self._socket: ClientConnection = connect(found.group(1), max_size=None, open_timeout=30)
+        self._closing = contextlib.ExitStack()
+        self._socket: ClientConnection = self._closing.enter_context(
+            connect(found.group(1), max_size=None, open_timeout=30)
+        )
         self._ids = itertools.count(1)
         self._events: list[dict[str, Any]] = []
         target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -110,7 +114,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self._socket.close()
+            self._closing.close()
         finally:
             self._process.terminate()
             try:
