@@ -30,12 +30,15 @@ KubeEdit = Callable[[dict[str, Any]], None]
 
 
 def check(source: Any) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
-    """Parse and validate; returns the normalized config and every problem found."""
-    try:
-        config = model.load(source)
-    except ConfigError as error:
-        return model.SchedulerConfig(partitions=()), error.problems
-    return model.normalize(config), validate(config)
+    """Parse and validate; returns the normalized config and every problem found.
+
+    Unknown keys are reported and the rest of the document is still validated, so one typo
+    does not hide the other problems.
+    """
+    config, problems = model.load_checked(source)
+    if config is None:
+        return model.SchedulerConfig(), problems
+    return model.normalize(config), list(dict.fromkeys([*problems, *validate(config)]))
 
 
 def compile_stored(
@@ -139,9 +142,24 @@ def replace_with(source: Any) -> Edit:
     """An edit that applies ``source`` as the whole configuration (root capacity is kept)."""
 
     def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
+        if model.is_empty(source) and (document.get("partitions") or capacity):
+            raise ConfigError([EMPTY_DOCUMENT])
         return source, capacity
 
     return edit
+
+
+#: why ``apply`` refuses an empty document over a configuration in force (validation accepts it)
+EMPTY_DOCUMENT = ConfigProblem(
+    partition="",
+    queue="",
+    limit="",
+    message=(
+        "the document is empty: YuniKorn reads that as its default configuration, with no "
+        "partitions, which would remove every limit in force; apply a configuration that lists "
+        "what to keep, or 'partitions: []' to remove everything on purpose"
+    ),
+)
 
 
 def set_queue_max(partition: str, queue: str, limits: Mapping[str, int | None]) -> Edit:

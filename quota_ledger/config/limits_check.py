@@ -7,8 +7,9 @@ Two kinds of check (``pkg/common/configs/configvalidator.go``):
 - down the hierarchy (``checkLimitResource``, ``checkLimitMaxApplications``): a user's or
   group's limit must fit what the same name, or failing that the wildcard, got further up.
 
-Messages are YuniKorn's, typos included, so that an operator can search for them. Unlike
-YuniKorn, every problem is reported, not only the first.
+The checks are YuniKorn's; the messages are the ledger's own, with quantities as a person
+writes them (``memory 8Gi, vcore 4``). Unlike YuniKorn, every problem is reported, not only the
+first, and each once.
 """
 
 from __future__ import annotations
@@ -19,17 +20,20 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from quota_ledger.config.model import Limit, Queue
-from quota_ledger.config.quantity import parse_config_resources
+from quota_ledger.config.quantity import describe_error, parse_config_resources
 from quota_ledger.errors import InvalidRequest
+from quota_ledger.quantity import format_quantity
 from quota_ledger.values import ConfigProblem
 
 WILDCARD = "*"
 USER_NAME = re.compile(r"[_a-zA-Z][a-zA-Z0-9:#/_.@-]*[$]?", re.ASCII)
 GROUP_NAME = re.compile(r"[_a-zA-Z][a-zA-Z0-9:_.-]*", re.ASCII)
 ONLY_WILDCARD_GROUP = (
-    "should not specify only one group limit that is using the wildcard. "
-    "There must be at least one limit with a group name defined "
+    "the only group limit is the wildcard '*': a queue with a group wildcard needs at least "
+    "one limit that names a group"
 )
+USER_NAME_RULE = "it must start with a letter or '_' and contain only letters, digits and : # / _ . @ - (a final $ is allowed)"
+GROUP_NAME_RULE = "it must start with a letter or '_' and contain only letters, digits and : _ . -"
 
 Resources = dict[str, int]
 
@@ -37,11 +41,11 @@ Resources = dict[str, int]
 # -- resources, with YuniKorn's comparison rules (pkg/common/resources/resources.go) ------------
 
 
-def go_string(resource: Mapping[str, int] | None) -> str:
-    """Go's rendering of a resource, keys sorted: ``map[memory:10000 vcore:100000]``."""
-    if resource is None:
-        return "nil resource"
-    return "map[" + " ".join(f"{k}:{v}" for k, v in sorted(resource.items())) + "]"
+def human(resource: Mapping[str, int] | None) -> str:
+    """A resource as a person writes it, keys sorted: ``memory 8Gi, vcore 4`` (vcore in cores)."""
+    if not resource:
+        return "nothing"
+    return ", ".join(f"{k} {format_quantity(k, v)}" for k, v in sorted(resource.items()))
 
 
 def fit_in_max_undef(maximum: Mapping[str, int] | None, resource: Mapping[str, int] | None) -> bool:
@@ -85,7 +89,7 @@ def parse_map(values: Mapping[str, str] | None) -> tuple[Resources, list[str]]:
         try:
             parsed.update(parse_config_resources({name: text}))
         except InvalidRequest as exc:
-            errors.append(str(exc))
+            errors.append(describe_error(exc))
     return dict(sorted(parsed.items())), errors
 
 
@@ -110,15 +114,6 @@ def limit_label(limit: Limit, name: str = "") -> str:
     return limit.limit or name or ",".join((*limit.users, *limit.groups))
 
 
-def _go_struct(limit: Limit) -> str:
-    """Go's ``%v`` of a ``configs.Limit``: ``{desc [sue bob] [dev] map[memory:10] 2}``."""
-    resources = " ".join(f"{k}:{v}" for k, v in sorted(limit.maxresources.items()))
-    return (
-        f"{{{limit.limit} [{' '.join(limit.users)}] [{' '.join(limit.groups)}] "
-        f"map[{resources}] {limit.maxapplications}}}"
-    )
-
-
 def queue_max(queue: Queue) -> Mapping[str, str] | None:
     """The queue's configured max, as written (None when not set)."""
     return queue.resources.max if queue.resources is not None else None
@@ -140,7 +135,7 @@ def check_queue_limits(report: Report, queue: Queue, path: str, *, is_root: bool
     if reports_queue_max_errors(queue, is_root=is_root):
         maximum, errors = parse_map(queue_max(queue))
         for error in errors:
-            report.add(f"parse queue {queue.name} max resource failed: {error}", queue=path)
+            report.add(f"the queue's max is invalid: {error}", queue=path)
         if errors:
             maximum = None  # treated as not set, as for every later check
     users: set[str] = set()
@@ -148,11 +143,7 @@ def check_queue_limits(report: Report, queue: Queue, path: str, *, is_root: bool
     only_wildcard_reported = False
     for limit in queue.limits:
         if not limit.users and not limit.groups:
-            report.add(
-                f"empty user and group lists defined in limit '{_go_struct(limit)}'",
-                queue=path,
-                limit=limit_label(limit),
-            )
+            report.add("the limit names no user and no group", queue=path, limit=limit_label(limit))
         _check_names(report, path, limit, "user", limit.users, users, USER_NAME)
         _check_names(report, path, limit, "group", limit.groups, groups, GROUP_NAME)
         if groups == {WILDCARD} and not only_wildcard_reported:
@@ -170,19 +161,21 @@ def _check_names(
     seen: set[str],
     pattern: re.Pattern[str],
 ) -> None:
+    rule = USER_NAME_RULE if kind == "user" else GROUP_NAME_RULE
     for name in names:
         label = limit.limit or name
         if name != WILDCARD and not pattern.fullmatch(name):
-            report.add(f"invalid limit {kind} name '{name}' in limit definition", queue=path, limit=label)
+            report.add(f"{kind} name '{name}' is not valid: {rule}", queue=path, limit=label)
             continue
         if name in seen:
-            report.add(f"duplicated {kind} name '{name}', already exists", queue=path, limit=label)
+            report.add(f"{kind} '{name}' is named by more than one limit of this queue", queue=path, limit=label)
             continue
         seen.add(name)
         # The wildcard must be the last name of its kind across all limits of the queue.
         if WILDCARD in seen and name != WILDCARD:
             report.add(
-                f"should not set no wildcard {kind} {name} after wildcard {kind} limit",
+                f"{kind} '{name}' comes after the {kind} wildcard '*': the wildcard must be the "
+                f"last {kind} of the queue's limits",
                 queue=path,
                 limit=label,
             )
@@ -198,24 +191,20 @@ def _check_values(report: Report, path: str, limit: Limit, queue: Queue, maximum
         if errors:
             resources = None
         elif not strictly_greater_than_zero(resources):
-            message = f"MaxResources should be greater than zero in '{limit.limit}' limit"
+            message = "maxresources must have at least one amount above zero and none below"
             report.add(message, queue=path, limit=label)
     elif limit.maxapplications == 0:
-        report.add(
-            f"invalid resource combination for limit {limit.limit} all resource limits are null",
-            queue=path,
-            limit=label,
-        )
+        report.add("the limit sets neither maxresources nor maxapplications", queue=path, limit=label)
     if queue.maxapplications != 0 and queue.maxapplications < limit.maxapplications:
         report.add(
-            f"invalid MaxApplications settings for limit {limit.limit} "
-            "exceed current the queue MaxApplications",
+            f"maxapplications {limit.maxapplications} is more than the queue's maxapplications "
+            f"{queue.maxapplications}",
             queue=path,
             limit=label,
         )
     if maximum is not None and resources is not None and not fit_in_max_undef(maximum, resources):
         report.add(
-            f"invalid MaxResources settings for limit {limit.limit} exeecd current the queue MaxResources",
+            f"maxresources ({human(resources)}) is more than the queue's max ({human(maximum)})",
             queue=path,
             limit=label,
         )
@@ -261,11 +250,11 @@ def _walk_resources(report: Report, queue: Queue, path: str, above: _Carried[Res
             ("group", limit.groups, above.groups, mine.groups),
         ):
             for name in filter(None, names):
-                head = f"{kind} {name} max resource {go_string(value)} of queue {queue.name} is greater than"
+                head = f"maxresources of {kind} '{name}' ({human(value)}) is more than"
                 if name in got:
                     if not fit_in_max_undef(got[name], value):
                         report.add(
-                            f"{head} immediate or ancestor parent maximum resource {go_string(got[name])}",
+                            f"{head} the limit for '{name}' on a parent queue ({human(got[name])})",
                             queue=path,
                             limit=limit.limit or name,
                         )
@@ -276,8 +265,7 @@ def _walk_resources(report: Report, queue: Queue, path: str, above: _Carried[Res
                         passed[name] = value
                     else:
                         report.add(
-                            f"{head} wildcard maximum resource {go_string(wildcard)} "
-                            "of immediate or ancestor parent queue",
+                            f"{head} the {kind} wildcard's limit on a parent queue ({human(wildcard)})",
                             queue=path,
                             limit=limit.limit or name,
                         )
@@ -301,20 +289,20 @@ def _walk_applications(report: Report, queue: Queue, path: str, above: _Carried[
             ("group", limit.groups, above.groups, mine.groups),
         ):
             for name in filter(None, names):
-                head = f"{kind} {name} max applications {value} of queue {queue.name} is greater than"
+                shown = value or "unlimited (0)"
+                head = f"maxapplications of {kind} '{name}' ({shown}) is more than"
                 passed[name] = value
                 if name in got:
                     if _too_many(got[name], value):
                         report.add(
-                            f"{head} immediate or ancestor parent max applications {got[name]}",
+                            f"{head} the limit for '{name}' on a parent queue ({got[name]})",
                             queue=path,
                             limit=limit.limit or name,
                         )
                         passed[name] = got[name]
                 elif name != WILDCARD and WILDCARD in got and _too_many(got[WILDCARD], value):
                     report.add(
-                        f"{head} wildcard max applications {got[WILDCARD]} "
-                        "of immediate or ancestor parent queue",
+                        f"{head} the {kind} wildcard's limit on a parent queue ({got[WILDCARD]})",
                         queue=path,
                         limit=limit.limit or name,
                     )

@@ -8,6 +8,8 @@ refuses the whole document. Whether the configuration makes sense is
 
 from __future__ import annotations
 
+import copy
+import difflib
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -55,10 +57,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _none_to_text(value: object) -> object:
+    """``limit:`` with nothing after it is YAML null; YuniKorn reads it as the empty string."""
+    return "" if value is None else value
+
+
 class Limit(_Model):
     """A user and/or group limit on a queue (or on the partition, which means on root)."""
 
-    #: free text, only used in messages
+    #: free text, only used in messages; ``- limit:`` with no value is ""
     limit: str = ""
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
@@ -68,6 +75,7 @@ class Limit(_Model):
     maxapplications: Count = 0
 
     null_is_empty = field_validator("users", "groups", "maxresources", mode="before")(_none_to_empty)
+    null_is_no_text = field_validator("limit", mode="before")(_none_to_text)
     ints_are_quantities = field_validator("maxresources", mode="before")(_int_values_to_text)
 
 
@@ -99,26 +107,77 @@ class Queue(_Model):
     scalars_are_text = field_validator("properties", mode="before")(_scalars_to_text)
 
 
+class Filter(_Model):
+    """A placement rule's user and group filter (checked, never acted on by the ledger)."""
+
+    type: str = ""
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    null_is_empty = field_validator("users", "groups", mode="before")(_none_to_empty)
+
+
+class PlacementRule(_Model):
+    """A placement rule: kept and validated as YuniKorn does; the ledger places nothing itself."""
+
+    name: str = ""
+    create: Annotated[bool, Field(strict=True)] = False
+    filter: Filter | None = None
+    parent: PlacementRule | None = None
+    value: str = ""
+
+
+class Preemption(_Model):
+    """A partition's preemption switches (kept; the ledger does not preempt)."""
+
+    enabled: Annotated[bool, Field(strict=True)] | None = None
+    quotapreemptionenabled: Annotated[bool, Field(strict=True)] | None = None
+
+
+class NodeSortPolicy(_Model):
+    """How YuniKorn sorts nodes (kept; the ledger has no nodes)."""
+
+    type: str = ""
+    resourceweights: dict[str, float] = {}
+
+    null_is_empty = field_validator("resourceweights", mode="before")(_none_to_empty)
+
+
+class UserGroupResolver(_Model):
+    """Where YuniKorn looks up a user's groups (kept; the ledger takes groups from the caller)."""
+
+    type: str = ""
+
+
 class Partition(_Model):
-    """One partition: its queue tree, placement rules and partition-level (root) limits."""
+    """One partition: its queue tree, placement rules and partition-level (root) limits.
+
+    Every key YuniKorn accepts on a partition is accepted and kept. The ledger acts on
+    ``name``, ``queues`` and ``limits``; ``placementrules`` are validated as YuniKorn validates
+    them; ``preemption``, ``nodesortpolicy``, ``usergroupresolver`` and ``statedumpfilepath``
+    are only kept.
+    """
 
     name: str = ""
     #: None when not configured at all, which validation refuses
     queues: tuple[Queue, ...] | None = None
-    placementrules: tuple[dict[str, Any], ...] = ()
+    placementrules: tuple[PlacementRule, ...] = ()
     limits: tuple[Limit, ...] = ()
-    nodesortpolicy: dict[str, Any] | None = None
-    preemption: dict[str, Any] | None = None
+    nodesortpolicy: NodeSortPolicy | None = None
+    preemption: Preemption | None = None
+    usergroupresolver: UserGroupResolver | None = None
     statedumpfilepath: str = ""
 
     null_is_empty = field_validator("placementrules", "limits", mode="before")(_none_to_empty)
 
 
 class SchedulerConfig(_Model):
-    """A whole YuniKorn scheduler configuration."""
+    """A whole YuniKorn scheduler configuration; with no partitions it is YuniKorn's default."""
 
-    partitions: tuple[Partition, ...]
+    partitions: tuple[Partition, ...] = ()
     checksum: str = ""
+
+    null_is_empty = field_validator("partitions", mode="before")(_none_to_empty)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -177,15 +236,74 @@ def partition_name(name: str) -> str:
     return DEFAULT_PARTITION if name == "" or name.lower() == DEFAULT_PARTITION else name
 
 
-def load(source: str | bytes | os.PathLike[str] | Mapping[str, Any] | SchedulerConfig) -> SchedulerConfig:
+Source = str | bytes | os.PathLike[str] | Mapping[str, Any] | SchedulerConfig
+
+
+def load(source: Source) -> SchedulerConfig:
     """Parse a configuration: YAML text (``str``/``bytes``), a YAML file (a path), or a mapping.
 
     Does not normalize or validate (see :func:`normalize` and
-    :func:`quota_ledger.config.validate`). Raises :class:`~quota_ledger.errors.ConfigError`
-    with one problem per mistake found; no YAML or pydantic exception gets out.
+    :func:`quota_ledger.config.validate`). An empty document is YuniKorn's default
+    configuration (no partitions). Raises :class:`~quota_ledger.errors.ConfigError` with one
+    problem per mistake found; no YAML or pydantic exception gets out.
+    """
+    config, problems = load_checked(source)
+    if config is None or problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_checked(source: Source) -> tuple[SchedulerConfig | None, list[ConfigProblem]]:
+    """Like :func:`load`, but returns the problems; unknown keys do not hide the rest.
+
+    When every mistake is an unknown key, the document without those keys is returned with
+    the problems, so that validation can still report what else is wrong.
     """
     if isinstance(source, SchedulerConfig):
-        return source
+        return source, []
+    try:
+        data = _read(source)
+    except ConfigError as error:
+        return None, error.problems
+    if data is None:
+        # YuniKorn loads an empty document as its default configuration: no partitions.
+        return SchedulerConfig(), []
+    try:
+        return SchedulerConfig.model_validate(data), []
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        problems = [_describe(error, data) for error in errors]
+    if any(error["type"] != "extra_forbidden" for error in errors):
+        return None, problems
+    stripped = copy.deepcopy(data)
+    for error in errors:
+        _remove(stripped, error["loc"])
+    try:
+        return SchedulerConfig.model_validate(stripped), problems
+    except ValidationError:
+        return None, problems
+
+
+def is_empty(source: Source) -> bool:
+    """Whether ``source`` is an empty document (no text, only comments, ``{}``): no partitions at all."""
+    if isinstance(source, SchedulerConfig):
+        return False
+    try:
+        data = _read(source)
+    except ConfigError:
+        return False
+    return data is None or (isinstance(data, Mapping) and not data)
+
+
+def _remove(data: object, loc: tuple[str | int, ...]) -> None:
+    parent = data
+    for key in loc[:-1]:
+        parent = _child(parent, key)
+    if isinstance(parent, dict):
+        parent.pop(loc[-1], None)
+
+
+def _read(source: str | bytes | os.PathLike[str] | Mapping[str, Any]) -> object:
     data: object
     if isinstance(source, os.PathLike):
         path = os.fspath(source)
@@ -200,23 +318,61 @@ def load(source: str | bytes | os.PathLike[str] | Mapping[str, Any] | SchedulerC
         data = dict(source)
     else:
         data = source
-    if data is None:
-        raise ConfigError([_problem("the configuration is empty")])
-    try:
-        return SchedulerConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError([_describe(error, data) for error in exc.errors(include_url=False)]) from exc
+    return data
+
+
+#: the model that holds the keys found under each key of the document
+_MODEL_UNDER: dict[str, type[BaseModel]] = {
+    "partitions": Partition,
+    "queues": Queue,
+    "limits": Limit,
+    "resources": Resources,
+    "placementrules": PlacementRule,
+    "parent": PlacementRule,
+    "filter": Filter,
+    "preemption": Preemption,
+    "nodesortpolicy": NodeSortPolicy,
+    "usergroupresolver": UserGroupResolver,
+}
+#: pydantic error type -> what the value must be, in the ledger's words
+_MUST_BE = {
+    "string_type": "must be text",
+    "bool_type": "must be true or false",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "greater_than_equal": "must be 0 or more",
+    "less_than_equal": "is too large (at most 18446744073709551615)",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping of keys to values",
+    "model_type": "must be a mapping of keys to values",
+    "model_attributes_type": "must be a mapping of keys to values",
+    "missing": "is required",
+}
+
+
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys YuniKorn accepts where the unknown key ``loc[-1]`` was found."""
+    holder = next((part for part in reversed(loc[:-1]) if isinstance(part, str) and part in _MODEL_UNDER), None)
+    model = _MODEL_UNDER[holder] if holder is not None else SchedulerConfig
+    return list(model.model_fields)
 
 
 def _describe(error: ErrorDetails, data: object) -> ConfigProblem:
-    where = ".".join(str(part) for part in error["loc"]) or "(document)"
+    loc = error["loc"]
+    where = ".".join(str(part) for part in loc) or "(document)"
     if error["type"] == "extra_forbidden":
-        text = "unknown key"
-    elif error["type"] == "missing":
-        text = "required key is missing"
+        key = str(loc[-1])
+        text = f"unknown key {key!r}"
+        close = difflib.get_close_matches(key.lower(), _known_keys(loc), n=1, cutoff=0.6)
+        if close:
+            text += f" (did you mean {close[0]!r}?)"
     else:
-        text = error["msg"]
-    partition, queue, limit = _locate(data, error["loc"])
+        text = _MUST_BE.get(error["type"], error["msg"])
+    partition, queue, limit = _locate(data, loc)
     return _problem(f"{where}: {text}", partition, queue, limit)
 
 

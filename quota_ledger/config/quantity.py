@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from quota_ledger.errors import InvalidQuantity
+from quota_ledger.errors import InvalidQuantity, InvalidRequest
 from quota_ledger.quantity import MAX_QUANTITY, validate_resource_name
 
 #: the one key YuniKorn parses as milli-cores (``common.CPU``)
@@ -99,3 +99,27 @@ def parse_config_resources(values: Mapping[str, object]) -> dict[str, int]:
             raise InvalidQuantity(name, _display(value), "reserved resource name")
         parsed[name] = parse_config_quantity(name, value)
     return dict(sorted(parsed.items()))
+
+
+#: what a configured amount may end with, as :func:`parse_config_quantity` accepts them
+SUFFIXES = "k, M, G, T, P, E (powers of 1000) or Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024)"
+
+
+def describe_error(error: InvalidRequest) -> str:
+    """A configured amount's refusal in plain words, naming the suffixes that are valid."""
+    if not isinstance(error, InvalidQuantity):
+        return str(error)
+    resource, text = error.resource, error.text
+    if error.reason == "reserved resource name":
+        return (
+            f"{resource!r} is counted by the ledger itself and cannot be configured as a resource: "
+            "use maxapplications"
+        )
+    if error.reason == "overflow":
+        unit = "milli-cores" if resource == VCORE else "units"
+        return f"{resource}: {text!r} is too large (at most {MAX_QUANTITY} {unit})"
+    milli = " (vcore also takes m, for milli-cores)" if resource == VCORE else ""
+    return (
+        f"{resource}: {text!r} is not a valid amount: write a whole number with no sign or "
+        f"decimals, optionally followed by one of {SUFFIXES}{milli}"
+    )

@@ -5,13 +5,16 @@ ACLs / limits / child names of every queue (pre-order), queue guaranteed and max
 rule names, queue maxapplications, then limits down the hierarchy (resources, then
 maxapplications). YuniKorn stops at the first error; here each check goes on where it makes
 sense (a value that does not parse is reported once and then counts as not set), so an
-operator sees every problem at once. Messages are YuniKorn's.
+operator sees every problem at once, each once. The checks are YuniKorn's; the messages are
+the ledger's own. Partition names are checked as :meth:`QuotaEngine.reserve` checks its
+``partition`` argument, so a configuration cannot create a partition no call can name.
 """
 
 from __future__ import annotations
 
 import re
 
+from quota_ledger import queues
 from quota_ledger.config.limits_check import (
     Report,
     Resources,
@@ -20,21 +23,21 @@ from quota_ledger.config.limits_check import (
     check_queue_limits,
     component_wise_min,
     fit_in_max_undef,
-    go_string,
+    human,
     is_zero,
     parse_map,
     queue_max,
     reports_queue_max_errors,
 )
 from quota_ledger.config.model import ROOT, Partition, Queue, SchedulerConfig, normalize
+from quota_ledger.config.placement import check_placement_rules
+from quota_ledger.errors import InvalidRequest
 from quota_ledger.values import ConfigProblem
 
 QUEUE_NAME = re.compile(r"[a-zA-Z0-9_:#/@-]{1,64}", re.ASCII)
-RULE_NAME = re.compile(r"[_a-zA-Z][a-zA-Z0-9_]*", re.ASCII)
-#: YuniKorn's ``common.ErrorInvalidQueueName``
+#: YuniKorn's queue name rule, in words
 INVALID_QUEUE_NAME = (
-    "invalid queue name, max 64 characters consisting of alphanumeric characters and "
-    "'-', '_', '#', '@', '/', ':' allowed"
+    "queue name is not valid: use 1 to 64 characters, each a letter, a digit or one of - _ # @ / :"
 )
 
 
@@ -48,27 +51,34 @@ def validate(cfg: SchedulerConfig) -> list[ConfigProblem]:
     seen: set[str] = set()
     for partition in normalize(cfg).partitions:
         report = Report(partition.name)
+        try:
+            queues.validate_partition(partition.name)
+        except InvalidRequest as error:
+            report.add(str(error))
         if partition.name.lower() in seen:
-            report.add(f"duplicate partition name found with name {partition.name}")
+            report.add(f"partition {partition.name} is configured more than once (names ignore case)")
         seen.add(partition.name.lower())
         _check_partition(report, partition)
         problems.extend(report.problems)
-    return problems
+    return list(dict.fromkeys(problems))  # each problem once, in the order found
 
 
 def _check_partition(report: Report, partition: Partition) -> None:
     if partition.queues is None:
-        report.add("queue config is not set")
+        report.add("the partition has no queues: add a queues list (it may be empty)")
         return
     if not partition.queues:  # only before normalization: normalize inserts root
         return
     root = partition.queues[0]
     if root.resources is not None:
-        report.add("root queue must not have resource limits set", queue=root.name)
+        report.add(
+            "the root queue cannot set resources (guaranteed or max): root is the whole partition",
+            queue=root.name,
+        )
     check_limits_structure(report, partition)
     _check_queues(report, root, root.name, level=1, is_root=True)
     _check_queue_resource(report, root, root.name, None, is_root=True)
-    _check_placement_rules(report, partition)
+    check_placement_rules(report, partition)
     _check_queue_max_applications(report, root, root.name)
     check_limit_hierarchy(report, root, root.name)
 
@@ -83,15 +93,15 @@ def check_limits_structure(report: Report, partition: Partition) -> None:
         return
     top = partition.queues[0]
     if top.name.lower() != ROOT:
-        report.add(f"top queue name is {top.name} not root", queue=top.name)
+        report.add(f"the top queue must be root, not {top.name}", queue=top.name)
     if partition.limits and top.limits and partition.limits != top.limits:
-        report.add("partition limits and root queue limits are not equivalent")
+        report.add("the partition's limits and the root queue's limits differ: set them in one place")
 
 
 def _check_acl(report: Report, acl: str, path: str) -> None:
     acl = acl.strip()
     if acl and acl != "*" and len(acl.split()) > 2:
-        report.add(f"multiple spaces found in ACL: '{acl}'", queue=path)
+        report.add(f"ACL '{acl}' has more than two parts: write 'users groups' (comma-separated lists)", queue=path)
 
 
 def _check_queues(report: Report, queue: Queue, path: str, *, level: int, is_root: bool) -> None:
@@ -105,7 +115,7 @@ def _check_queues(report: Report, queue: Queue, path: str, *, level: int, is_roo
         if not QUEUE_NAME.fullmatch(child.name):
             report.add(INVALID_QUEUE_NAME, queue=child_path)
         if child.name.lower() in seen:
-            message = f"duplicate child name found with name '{child.name}', level {level}"
+            message = f"queue {child.name} appears more than once under {path} (names ignore case)"
             report.add(message, queue=child_path)
         seen.add(child.name.lower())
     for child in queue.queues:
@@ -135,18 +145,11 @@ def _check_queue_resource(
     max). An all-zero max is a max of zero here, never "unlimited".
     """
     guaranteed, maximum = _parsed(report, queue, path, is_root=is_root)
-    name = queue.name
     if not fit_in_max_undef(maximum, guaranteed):
-        report.add(
-            f"guaranteed resource {go_string(guaranteed)} is larger than maximum resource "
-            f"{go_string(maximum)} for queue {name}",
-            queue=path,
-        )
+        report.add(f"guaranteed ({human(guaranteed)}) is more than max ({human(maximum)})", queue=path)
     if not fit_in_max_undef(parent_max, maximum):
         report.add(
-            f"max resource of parent {go_string(parent_max)} is smaller than maximum resource "
-            f"{go_string(maximum)} for queue {name}",
-            queue=path,
+            f"max ({human(maximum)}) is more than the max above it ({human(parent_max)})", queue=path
         )
     effective = component_wise_min(maximum, parent_max)
     children: Resources = {}
@@ -156,26 +159,17 @@ def _check_queue_resource(
         )
     if not fit_in_max_undef(guaranteed, children):
         report.add(
-            f"guaranteed resource of parent {go_string(guaranteed)} is smaller than sum of guaranteed "
-            f"resources {go_string(children)} of the children for queue {name}",
+            f"guaranteed ({human(guaranteed)}) is less than what the child queues are guaranteed "
+            f"together ({human(children)})",
             queue=path,
         )
     if not fit_in_max_undef(effective, children):
         report.add(
-            f"max resource {go_string(effective)} is smaller than sum of guaranteed resources "
-            f"{go_string(children)} of the children for queue {name}",
+            f"max ({human(effective)}) is less than what the child queues are guaranteed together "
+            f"({human(children)})",
             queue=path,
         )
     return children if is_zero(guaranteed) else guaranteed
-
-
-def _check_placement_rules(report: Report, partition: Partition) -> None:
-    """Only that each rule has a name that is an identifier; the rest is not the ledger's business."""
-    for rule in partition.placementrules:
-        name = rule.get("name")
-        if not isinstance(name, str) or not RULE_NAME.fullmatch(name):
-            shown = "" if name is None else str(name)
-            report.add(f"invalid rule name {shown}, a name must be a valid identifier")
 
 
 def _check_queue_max_applications(report: Report, queue: Queue, path: str) -> None:
@@ -184,12 +178,15 @@ def _check_queue_max_applications(report: Report, queue: Queue, path: str) -> No
         child_path = f"{path}.{child.name}"
         if queue.maxapplications != 0:
             if queue.maxapplications < child.maxapplications:
-                message = "parent maxApplications must be larger than child maxApplications"
+                message = (
+                    f"maxapplications {child.maxapplications} is more than the parent queue's "
+                    f"maxapplications {queue.maxapplications}"
+                )
                 report.add(message, queue=child_path)
             elif child.maxapplications == 0:
                 report.add(
-                    "maxApplications is either undefined or zero, which is not allowed "
-                    "when parent queue's maxApplications is defined",
+                    "maxapplications must be set (1 or more): the parent queue sets maxapplications "
+                    f"{queue.maxapplications}",
                     queue=child_path,
                 )
         _check_queue_max_applications(report, child, child_path)
