@@ -32,7 +32,10 @@ ONLY_WILDCARD_GROUP = (
     "the only group limit is the wildcard '*': a queue with a group wildcard needs at least "
     "one limit that names a group"
 )
-USER_NAME_RULE = "it must start with a letter or '_' and contain only letters, digits and : # / _ . @ - (a final $ is allowed)"
+USER_NAME_RULE = (
+    "it must start with a letter or '_' and contain only letters, digits and : # / _ . @ - "
+    "(a final $ is allowed)"
+)
 GROUP_NAME_RULE = "it must start with a letter or '_' and contain only letters, digits and : _ . -"
 
 Resources = dict[str, int]
@@ -168,7 +171,9 @@ def _check_names(
             report.add(f"{kind} name '{name}' is not valid: {rule}", queue=path, limit=label)
             continue
         if name in seen:
-            report.add(f"{kind} '{name}' is named by more than one limit of this queue", queue=path, limit=label)
+            report.add(
+                f"{kind} '{name}' is named by more than one limit of this queue", queue=path, limit=label
+            )
             continue
         seen.add(name)
         # The wildcard must be the last name of its kind across all limits of the queue.

@@ -272,12 +272,12 @@ def load_checked(source: Source) -> tuple[SchedulerConfig | None, list[ConfigPro
         return SchedulerConfig.model_validate(data), []
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        problems = [_describe(error, data) for error in errors]
-    if any(error["type"] != "extra_forbidden" for error in errors):
+        problems = [_describe(each, data) for each in errors]
+    if any(each["type"] != "extra_forbidden" for each in errors):
         return None, problems
     stripped = copy.deepcopy(data)
-    for error in errors:
-        _remove(stripped, error["loc"])
+    for each in errors:
+        _remove(stripped, each["loc"])
     try:
         return SchedulerConfig.model_validate(stripped), problems
     except ValidationError:
@@ -356,7 +356,9 @@ _MUST_BE = {
 
 def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
     """The keys YuniKorn accepts where the unknown key ``loc[-1]`` was found."""
-    holder = next((part for part in reversed(loc[:-1]) if isinstance(part, str) and part in _MODEL_UNDER), None)
+    holder = next(
+        (part for part in reversed(loc[:-1]) if isinstance(part, str) and part in _MODEL_UNDER), None
+    )
     model = _MODEL_UNDER[holder] if holder is not None else SchedulerConfig
     return list(model.model_fields)
 

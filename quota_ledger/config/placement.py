@@ -51,7 +51,10 @@ def _check_rule(report: Report, rule: PlacementRule, number: int) -> bool:
         if kind and kind.lower() not in ("allow", "deny"):
             report.add(f"placement rule #{number}: filter type {kind!r} is not valid: use allow or deny")
             ok = False
-        for what, names, pattern in (("user", rule.filter.users, USER_NAME), ("group", rule.filter.groups, GROUP_NAME)):
+        for what, names, pattern in (
+            ("user", rule.filter.users, USER_NAME),
+            ("group", rule.filter.groups, GROUP_NAME),
+        ):
             if len(names) == 1 and not _name_or_regexp(names[0], pattern):
                 report.add(
                     f"placement rule #{number}: filter {what} {names[0]!r} is neither a valid {what} "
@@ -96,7 +99,9 @@ def _static_path(rule: PlacementRule) -> _StaticPath | str:
             continue
         if each.value.startswith(ROOT):
             if path:
-                return f"only the first 'fixed' rule of a chain may name a full queue path, not {each.value!r}"
+                return (
+                    f"only the first 'fixed' rule of a chain may name a full queue path, not {each.value!r}"
+                )
             path = each.value
             continue
         path = f"{path or ROOT}.{each.value}"

@@ -101,7 +101,9 @@ def check_limits_structure(report: Report, partition: Partition) -> None:
 def _check_acl(report: Report, acl: str, path: str) -> None:
     acl = acl.strip()
     if acl and acl != "*" and len(acl.split()) > 2:
-        report.add(f"ACL '{acl}' has more than two parts: write 'users groups' (comma-separated lists)", queue=path)
+        report.add(
+            f"ACL '{acl}' has more than two parts: write 'users groups' (comma-separated lists)", queue=path
+        )
 
 
 def _check_queues(report: Report, queue: Queue, path: str, *, level: int, is_root: bool) -> None:
@@ -148,9 +150,7 @@ def _check_queue_resource(
     if not fit_in_max_undef(maximum, guaranteed):
         report.add(f"guaranteed ({human(guaranteed)}) is more than max ({human(maximum)})", queue=path)
     if not fit_in_max_undef(parent_max, maximum):
-        report.add(
-            f"max ({human(maximum)}) is more than the max above it ({human(parent_max)})", queue=path
-        )
+        report.add(f"max ({human(maximum)}) is more than the max above it ({human(parent_max)})", queue=path)
     effective = component_wise_min(maximum, parent_max)
     children: Resources = {}
     for child in queue.queues:
