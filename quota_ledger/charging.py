@@ -48,9 +48,12 @@ def open_app(
     group = group_for(rules, queue, user, groups)
     if app is None:
         return tracking.new_app(partition, application, user, queue, group, now)
-    check_owner(app, user, queue)
     if app.state == tracking.FINISHED:
-        tracking.restart(app, group, now)
+        # Nothing of a finished application is held: YuniKorn has forgotten it, so its id is
+        # free for any user and queue.
+        tracking.restart(app, group, now, user=user, queue=queue)
+    else:
+        check_owner(app, user, queue)
     return app
 
 

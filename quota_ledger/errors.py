@@ -183,10 +183,10 @@ class PodMissingResources(QuotaLedgerError):
 
     def __init__(self, quota: str, missing: dict[str, list[str]]) -> None:
         self.quota = quota
-        #: quota resource name -> containers that do not specify it
-        self.missing = dict(missing)
-        parts = "; ".join(f"must specify {res} for: {','.join(names)}" for res, names in self.missing.items())
-        super().__init__(f"failed quota: {quota}: {parts}")
+        #: quota resource name -> containers that do not specify it, both sorted as Kubernetes sorts them
+        self.missing = {res: sorted(set(names)) for res, names in sorted(missing.items())}
+        parts = "; ".join(f"{res} for: {','.join(names)}" for res, names in self.missing.items())
+        super().__init__(f"failed quota: {quota}: must specify {parts}")
 
 
 class ResourceQuotaNotFound(NotFound):

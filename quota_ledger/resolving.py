@@ -230,7 +230,8 @@ def release_in_use(
             raise UsageUnderflow(partition, queue, short)
         if app is not None:
             tracking.release(app, amounts, now)
-            if finished:
+            # YuniKorn drops an application from its trackers once nothing of it is allocated.
+            if finished or tracking.idle(app):
                 stopped = stop(tx, app, now, "Completed")
             tx.update_app(app)
     own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)

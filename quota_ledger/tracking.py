@@ -86,9 +86,12 @@ def new_app(
     return app
 
 
-def restart(app: AppState, group: str | None, now: datetime) -> None:
-    """A finished application is seen again: a new run, with its group chosen again."""
+def restart(app: AppState, group: str | None, now: datetime, *, user: str | None, queue: str) -> None:
+    """A finished application is seen again: a new run, perhaps of another user or queue, with
+    its group chosen again."""
     advance(app, now)
+    app.user = user
+    app.queue = queue
     app.state = RUNNING
     app.group = group
     app.area = {}

@@ -117,7 +117,8 @@ SQL: Mapping[str, str] = {
     ),
     # an application row this transaction holds
     "update_app": (
-        "UPDATE quota_applications SET group_name = %(v_group)s, state = %(v_state)s,"
+        "UPDATE quota_applications SET user_name = %(v_user)s, queue = %(v_queue)s,"
+        " group_name = %(v_group)s, state = %(v_state)s,"
         ' pending = %(v_pending)s, "usage" = %(v_usage)s, area = %(v_area)s,'
         " submitted_at = %(v_submitted)s, started_at = %(v_started)s, finished_at = %(v_finished)s,"
         " changed_at = %(v_changed)s WHERE id = %(aid)s"

@@ -150,6 +150,8 @@ _UPDATE_APP = (
     update(quota_applications)
     .where(_A.id == bindparam("aid"))
     .values(
+        user_name=bindparam("v_user"),
+        queue=bindparam("v_queue"),
         group_name=bindparam("v_group"),
         state=bindparam("v_state"),
         pending=bindparam("v_pending"),
@@ -398,6 +400,8 @@ class TrackingStatements:
         v = _app_values(app)
         params = {
             "aid": app.id,
+            "v_user": app.user,
+            "v_queue": app.queue,
             "v_group": v["group_name"],
             "v_state": v["state"],
             "v_pending": v["pending"],

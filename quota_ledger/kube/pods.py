@@ -1,10 +1,12 @@
 """A v1 Pod as Kubernetes' quota evaluator sees it (``pkg/quota/v1/evaluator/core/pods.go``).
 
 The request: containers summed, init containers by the max rule (a pod needs the larger of the
-sum of its containers and its largest init container), pod overhead added. ``cpu`` is counted in
-milli-cores (the ledger's ``vcore``), memory and storage in bytes, extended resources as counts.
-A container that sets a limit but no request for cpu or memory requests its limit, as the API
-server's defaulting does.
+sum of its containers and its largest init container), then pod-level ``spec.resources`` in place
+of that sum for the resources it sets (cpu, memory, hugepages), then pod overhead added. ``cpu``
+is counted in milli-cores (the ledger's ``vcore``), memory and storage in bytes, extended
+resources as counts. A container (or the pod level) that sets a limit but no request requests
+its limit, as the API server's defaulting does. A pod with pod-level resources is not asked for
+per-container cpu and memory values, as Kubernetes does not ask.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from quota_ledger.quantity import parse_quantity, validate_resource_name
 
 #: compute resources a quota can demand on every container (Constraints in pods.go)
 COMPUTE = ("cpu", "memory")
+#: resources Kubernetes charges under their own name and as ``requests.<name>``
+BOTH_NAMES = ("cpu", "memory", "ephemeral-storage")
+#: so are resources with this prefix (huge pages of every size)
+HUGEPAGES = "hugepages-"
 #: the annotation YuniKorn's admission controller writes: {"user": ..., "groups": [...]}
 USER_INFO = "yunikorn.apache.org/user.info"
 #: labels naming the application, in YuniKorn's order of preference
@@ -95,12 +101,19 @@ def parse_pod(manifest: Any) -> PodRequest:
     containers = _containers(spec.get("containers"), "spec.containers", required=True)
     inits = _containers(spec.get("initContainers"), "spec.initContainers", required=False)
     overhead = _quantities(spec.get("overhead") or {}, "spec.overhead")
-    requests = _pod_total([c[1] for c in containers], [c[1] for c in inits], overhead)
-    limits = _pod_total([c[2] for c in containers], [c[2] for c in inits], overhead)
+    pod_requests, pod_limits = _pod_level(spec.get("resources"))
+    requests = _pod_total([c[1] for c in containers], [c[1] for c in inits], pod_requests, overhead)
+    limits = _pod_total([c[2] for c in containers], [c[2] for c in inits], pod_limits, overhead)
     everyone = [*containers, *inits]
+    if pod_requests or pod_limits:
+        everyone = []  # the pod level answers for every container: nothing is missing
     missing_requests = {res: [n for n, req, _ in everyone if res not in req] for res in COMPUTE}
     missing_limits = {res: [n for n, _, lim in everyone if res not in lim] for res in COMPUTE}
-    best_effort = not any(res in req or res in lim for _, req, lim in everyone for res in COMPUTE)
+    best_effort = not any(
+        res in req or res in lim
+        for _, req, lim in [*containers, *inits, ("", pod_requests, pod_limits)]
+        for res in COMPUTE
+    )
     deadline = spec.get("activeDeadlineSeconds")
     scopes = PodScopes(
         priority_class=spec.get("priorityClassName") or None,
@@ -132,7 +145,7 @@ def quota_usage(requests: Mapping[str, int], limits: Mapping[str, int]) -> dict[
     usage = {"pods": 1, "count/pods": 1}
     for resource, amount in requests.items():
         usage[f"requests.{resource}"] = amount
-        if resource in ("cpu", "memory", "ephemeral-storage"):
+        if resource in BOTH_NAMES or resource.startswith(HUGEPAGES):
             usage[resource] = amount
     for resource, amount in limits.items():
         if resource in ("cpu", "memory", "ephemeral-storage"):
@@ -148,8 +161,29 @@ def usage_of_resources(resources: Mapping[str, int]) -> tuple[dict[str, int], Po
     return usage, PodScopes(best_effort=best_effort)
 
 
+def supports_pod_level(resource: str) -> bool:
+    """Whether ``spec.resources`` may set ``resource`` (Kubernetes' supported pod-level resources)."""
+    return resource in COMPUTE or resource.startswith(HUGEPAGES)
+
+
+def _pod_level(value: object) -> tuple[dict[str, int], dict[str, int]]:
+    """Pod-level requests and limits of the supported resources (requests default to limits)."""
+    if value is None:
+        return {}, {}
+    resources = _mapping(value, "spec.resources")
+    limits = _quantities(resources.get("limits") or {}, "spec.resources.limits")
+    requests = _quantities(resources.get("requests") or {}, "spec.resources.requests")
+    for resource, amount in limits.items():
+        requests.setdefault(resource, amount)
+    supported = {res: v for res, v in requests.items() if supports_pod_level(res)}
+    return supported, {res: v for res, v in limits.items() if supports_pod_level(res)}
+
+
 def _pod_total(
-    containers: Iterable[dict[str, int]], inits: Iterable[dict[str, int]], overhead: Mapping[str, int]
+    containers: Iterable[dict[str, int]],
+    inits: Iterable[dict[str, int]],
+    pod_level: Mapping[str, int],
+    overhead: Mapping[str, int],
 ) -> dict[str, int]:
     total: dict[str, int] = {}
     for each in containers:
@@ -158,6 +192,7 @@ def _pod_total(
     for each in inits:
         for resource, amount in each.items():
             total[resource] = max(total.get(resource, 0), amount)
+    total.update(pod_level)
     for resource, amount in overhead.items():
         total[resource] = total.get(resource, 0) + amount
     return dict(sorted(total.items()))

@@ -118,7 +118,13 @@ class ResourceQuota:
 
 
 def pod_tracks(name: str) -> bool:
-    return name in _POD_NAMES or name.startswith("requests.")
+    """Whether the pod evaluator tracks quota name ``name`` (huge pages under both names)."""
+    return name in _POD_NAMES or name.startswith(("requests.", "hugepages-"))
+
+
+def is_standard_quota_name(name: str) -> bool:
+    """Whether a quota may name ``name`` (``IsStandardQuotaResourceName``; names with a ``/`` pass)."""
+    return "/" in name or name in _STANDARD_NAMES or name.startswith(("hugepages-", "requests.hugepages-"))
 
 
 def is_cpu(name: str) -> bool:
@@ -253,6 +259,9 @@ def _hard(values: object, errors: list[tuple[str, str]]) -> dict[str, int]:
         where = f"spec.hard[{resource}]"
         if not isinstance(resource, str) or len(resource) > 253 or not _RESOURCE.fullmatch(resource):
             errors.append((where, "Invalid value: not a valid resource name"))
+            continue
+        if not is_standard_quota_name(resource):
+            errors.append((where, f"Invalid value: {resource!r}: must be a standard resource for quota"))
             continue
         try:
             hard[resource] = hard_value(resource, text)
