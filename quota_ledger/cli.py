@@ -67,8 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(args, error, violations=[dataclasses.asdict(v) for v in error.violations])
         return EXIT_OVER_QUOTA
     except ConfigError as error:
-        _fail(args, error, problems=[dataclasses.asdict(p) for p in error.problems])
-        if not args.json:
+        if args.json:
+            _fail(args, error, problems=[dataclasses.asdict(p) for p in error.problems])
+        else:  # each problem once: the list, not also the message that joins them
+            count = len(error.problems)
+            print(f"error: invalid configuration ({count} problem{'s' * (count != 1)}):", file=sys.stderr)
             for problem in error.problems:
                 print(f"  - {problem.describe()}", file=sys.stderr)
         return EXIT_ERROR

@@ -31,12 +31,13 @@ _FIXED = "fixed"
 def check_placement_rules(report: Report, partition: Partition) -> None:
     """Every problem of the partition's placement rules (none when it has no rules)."""
     for number, rule in enumerate(partition.placementrules):
-        valid = _check_rule(report, rule, number)
+        valid = check_rule(report, rule, number)
         if valid:
             _check_static_path(report, partition, rule, number)
 
 
-def _check_rule(report: Report, rule: PlacementRule, number: int) -> bool:
+def check_rule(report: Report, rule: PlacementRule, number: int) -> bool:
+    """YuniKorn's ``checkPlacementRule``: the names of the chain and the filters; True when valid."""
     ok = True
     if not RULE_NAME.fullmatch(rule.name):
         report.add(
@@ -45,7 +46,7 @@ def _check_rule(report: Report, rule: PlacementRule, number: int) -> bool:
         )
         ok = False
     if rule.parent is not None:
-        ok = _check_rule(report, rule.parent, number) and ok
+        ok = check_rule(report, rule.parent, number) and ok
     if rule.filter is not None:
         kind = rule.filter.type
         if kind and kind.lower() not in ("allow", "deny"):
