@@ -142,11 +142,17 @@ def replace_with(source: Any) -> Edit:
     """An edit that applies ``source`` as the whole configuration (root capacity is kept)."""
 
     def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
-        if model.is_empty(source) and (document.get("partitions") or capacity):
+        if model.is_empty(source) and _has_limits(document, capacity):
             raise ConfigError([EMPTY_DOCUMENT])
         return source, capacity
 
     return edit
+
+
+def _has_limits(document: Document, capacity: Capacity) -> bool:
+    """Whether the stored configuration limits anything (a queue, a user, a group, root)."""
+    rules = compile_config(model.normalize(model.load(dict(document))), capacity, 0)
+    return any(p.queue_limits() or p.has_identity_limits for p in rules.partitions.values())
 
 
 #: why ``apply`` refuses an empty document over a configuration in force (validation accepts it)
