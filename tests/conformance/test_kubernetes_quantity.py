@@ -84,7 +84,9 @@ def _cases() -> list[object]:
                     reason = TOO_LARGE
                 suffix = "-differs" if reason else ""
                 found.append(
-                    pytest.param(resource, sign + text, units, reason, id=f"{TEST}-{resource}-{sign}{text}{suffix}")
+                    pytest.param(
+                        resource, sign + text, units, reason, id=f"{TEST}-{resource}-{sign}{text}{suffix}"
+                    )
                 )
     return found
 

@@ -29,7 +29,9 @@ BEST_EFFORT = {"hard": {"pods": "100"}, "scopes": ["BestEffort"]}
 NON_BEST_EFFORT = {"hard": {"cpu": "100"}, "scopes": ["NotBestEffort"]}
 CROSS_NAMESPACE = {"hard": {"cpu": "100", "limits.cpu": "200"}, "scopes": ["CrossNamespacePodAffinity"]}
 SCOPE_SELECTOR = {
-    "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["cluster-services"]}]}
+    "scopeSelector": {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["cluster-services"]}]
+    }
 }
 INVALID_QUOTA_RESOURCE = {"hard": {"storage": "10"}}  # storage is not a quota-tracked resource
 NEGATIVE = {
@@ -39,12 +41,16 @@ NEGATIVE = {
     }
 }  # fmt: skip
 FRACTIONAL_COMPUTE = {"hard": {"cpu": "100m"}}
-FRACTIONAL_POD = {"hard": {"pods": ".1", "services": ".5", "replicationcontrollers": "1.25", "resourcequotas": "2.5"}}
+FRACTIONAL_POD = {
+    "hard": {"pods": ".1", "services": ".5", "replicationcontrollers": "1.25", "resourcequotas": "2.5"}
+}
 TERMINATING_PAIR = {"hard": {"cpu": "100"}, "scopes": ["Terminating", "NotTerminating"]}
 BEST_EFFORT_PAIR = {"hard": {"pods": "100"}, "scopes": ["BestEffort", "NotBestEffort"]}
 INVALID_CROSS_NAMESPACE = {
     "scopeSelector": {
-        "matchExpressions": [{"scopeName": "CrossNamespacePodAffinity", "operator": "In", "values": ["cluster-services"]}]
+        "matchExpressions": [
+            {"scopeName": "CrossNamespacePodAffinity", "operator": "In", "values": ["cluster-services"]}
+        ]
     }
 }
 INVALID_SCOPE_NAME = {"hard": {"cpu": "100"}, "scopes": ["foo"]}
@@ -73,9 +79,17 @@ CASES: dict[str, tuple[str, str, dict[str, Any], str | None]] = {
 }
 
 
-@pytest.mark.parametrize(("name", "namespace", "spec", "field"), [pytest.param(*row, id=f"TestValidateResourceQuota-{key}") for key, row in CASES.items()])
+@pytest.mark.parametrize(
+    ("name", "namespace", "spec", "field"),
+    [pytest.param(*row, id=f"TestValidateResourceQuota-{key}") for key, row in CASES.items()],
+)
 def test_validate_resource_quota(name: str, namespace: str, spec: dict[str, Any], field: str | None) -> None:
-    manifest = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
     if field is None:
         assert quotas.parse(manifest).key == f"{namespace}/{name}"
         return

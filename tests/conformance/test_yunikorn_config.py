@@ -71,29 +71,39 @@ def test_the_user_group_resolver_is_kept() -> None:
     """TestUserGroupResolverConfig: ``ldap`` is kept; absent means the empty type."""
     with_resolver, without = by_test("TestUserGroupResolverConfig")
     resolver = load_config(with_resolver["document"]).partitions[0].usergroupresolver
-    assert resolver is not None and resolver.type == "ldap"
+    assert resolver is not None
+    assert resolver.type == "ldap"
     assert load_config(without["document"]).partitions[0].usergroupresolver is None
 
 
 def test_preemption_switches_are_kept() -> None:
     """TestPartitionPreemptionParameter: unset, enabled and disabled switches load as written."""
-    unset, enabled, disabled = (load_config(c["document"]).partitions[0] for c in by_test("TestPartitionPreemptionParameter"))
+    unset, enabled, disabled = (
+        load_config(c["document"]).partitions[0] for c in by_test("TestPartitionPreemptionParameter")
+    )
     assert unset.preemption is None
-    assert enabled.preemption is not None and disabled.preemption is not None
+    assert enabled.preemption is not None
+    assert disabled.preemption is not None
     assert (enabled.preemption.enabled, enabled.preemption.quotapreemptionenabled) == (True, True)
     assert (disabled.preemption.enabled, disabled.preemption.quotapreemptionenabled) == (False, False)
 
 
 def test_placement_rules_load_as_written() -> None:
     """TestParseRule: the create flag, parent chain, filter type and lists, values."""
-    first, second, third, fourth = (load_config(c["document"]).partitions[0] for c in by_test("TestParseRule"))
+    first, second, third, fourth = (
+        load_config(c["document"]).partitions[0] for c in by_test("TestParseRule")
+    )
     rule = first.placementrules[0]
     assert (rule.create, rule.parent) == (True, None)
-    assert rule.filter is not None and rule.filter.type == "allow"
+    assert rule.filter is not None
+    assert rule.filter.type == "allow"
     assert (len(rule.filter.users), len(rule.filter.groups)) == (2, 2)
     rule = second.placementrules[0]
-    assert rule.create is False and rule.parent is not None and rule.parent.create is False
-    assert rule.parent.filter is not None and (len(rule.parent.filter.users), len(rule.parent.filter.groups)) == (1, 0)
+    assert rule.create is False
+    assert rule.parent is not None
+    assert rule.parent.create is False
+    assert rule.parent.filter is not None
+    assert (len(rule.parent.filter.users), len(rule.parent.filter.groups)) == (1, 0)
     assert len(third.placementrules) == 3
     assert [r.value for r in fourth.placementrules] == ["root.default", "Just Any value"]
 

@@ -65,7 +65,10 @@ PARSE_VCORE = {
 }
 CASES = [
     pytest.param(key, text, want, id=f"{test}-{name}")
-    for test, key, table in (("TestParseQuantity", "memory", PARSE_QUANTITY), ("TestParseVCore", "vcore", PARSE_VCORE))
+    for test, key, table in (
+        ("TestParseQuantity", "memory", PARSE_QUANTITY),
+        ("TestParseVCore", "vcore", PARSE_VCORE),
+    )
     for name, (text, want) in table.items()
 ]
 

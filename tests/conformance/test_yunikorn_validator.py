@@ -137,7 +137,7 @@ def test_placement_filter_names(kind: str, name: str, accepted: bool) -> None:
 @pytest.mark.parametrize(
     ("name", "accepted"),
     [("parent_Child_test-a_b_#_c_#_d_/_e@dom:ain", True), ("invalid!queue", False), ("root.parent", False)],
-    ids=lambda value: repr(value),
+    ids=repr,
 )
 def test_is_queue_name_valid(name: str, accepted: bool) -> None:
     """TestIsQueueNameValid, as a child queue of root."""

@@ -20,7 +20,9 @@ partitions:
 """
 
 
-def test_an_application_id_is_free_again_once_its_only_reservation_is_rolled_back(ledger: QuotaEngine) -> None:
+def test_an_application_id_is_free_again_once_its_only_reservation_is_rolled_back(
+    ledger: QuotaEngine,
+) -> None:
     first = ledger.reserve("root.a", {"memory": "1"}, user="user1", application="app1")
     with pytest.raises(InvalidRequest, match="belongs to user 'user1'"):
         ledger.reserve("root.a", {"memory": "1"}, user="user2", application="app1")  # still running

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from quota_ledger import configuring
 from quota_ledger.config import SchedulerConfig, dump, load, validate
 from quota_ledger.config.limits_check import ONLY_WILDCARD_GROUP, Report
 from quota_ledger.config.model import Limit, Partition, Queue, normalize
@@ -1078,3 +1079,53 @@ def test_a_valid_configuration_round_trips_and_stays_valid() -> None:
     assert validate(cfg) == []
     assert validate(load(dump(cfg))) == []
     assert isinstance(cfg, SchedulerConfig)
+
+
+# -- what an operator reads ---------------------------------------------------------------------------
+
+
+def test_an_unknown_key_suggests_the_closest_and_does_not_hide_other_problems() -> None:
+    source = doc(q("a", maxapplication=3, resources=res(None, {"memory": "1.5G"})))
+    _, found = configuring.check(source)
+    assert [(p.queue, p.message) for p in found] == [
+        ("root.a", "partitions.0.queues.0.queues.0.maxapplication: unknown key 'maxapplication' "
+         "(did you mean 'maxapplications'?)"),
+        ("root.a", f"memory: '1.5G' {AMOUNT} {SUFFIXES}"),
+    ]  # fmt: skip
+
+
+def test_an_unknown_key_far_from_every_known_one_suggests_nothing() -> None:
+    _, found = configuring.check(doc(q("a", zzzz=1)))
+    assert [p.message for p in found] == ["partitions.0.queues.0.queues.0.zzzz: unknown key 'zzzz'"]
+
+
+def test_every_problem_is_reported_once() -> None:
+    twice = lim(limit="same", users=["1bad"])
+    _, found = configuring.check(doc(q("a", limits=[twice]), q("b", limits=[twice])))
+    assert len(found) == len(set(found)) == 2
+
+
+@pytest.mark.parametrize("name", ["a b", "a\x01", "ä", "x'; DROP TABLE reservations; --", "p" * 65])
+def test_partition_names_are_checked_as_reserve_checks_them(name: str) -> None:
+    source = {"partitions": [{"name": name, "queues": []}]}
+    problem = refused(source, "invalid partition name", partition=name)
+    assert problem.queue == ""
+
+
+def test_every_key_yunikorn_accepts_on_a_partition_is_kept() -> None:
+    source = {
+        "partitions": [
+            {
+                "name": "default",
+                "queues": [{"name": "root"}],
+                "usergroupresolver": {"type": "ldap"},
+                "preemption": {"enabled": True, "quotapreemptionenabled": False},
+                "nodesortpolicy": {"type": "binpacking", "resourceweights": {"vcore": 1.0}},
+                "placementrules": [{"name": "tag", "value": "namespace", "create": True}],
+                "limits": [{"limit": None, "users": ["sue"], "maxapplications": 1}],
+            }
+        ]
+    }
+    accepted(source)
+    unnamed = {"users": ["sue"], "maxapplications": 1}  # a null description is "", a default
+    assert dump(load(source))["partitions"][0] == {**source["partitions"][0], "limits": [unnamed]}
