@@ -83,7 +83,8 @@ def test_can_run_app(ledger: QuotaEngine, limits: list[dict[str, Any]]) -> None:
 
 
 SIZES = {"medium": MEDIUM, "large": LARGE}
-# (name, user, groups, limits as (users, groups, maxresources, maxapplications), canRunApp, isHeadroomAvailable)
+# (name, user, groups, limits as (users, groups, maxresources, maxapplications),
+#  canRunApp, isHeadroomAvailable)
 USER_GROUP_LIMIT = [
     (
         "maxresources with a specific user limit",
@@ -167,7 +168,8 @@ USER_GROUP_LIMIT = [
         False,
     ),
     (
-        "maxapplications with a specific group limit and a wildcard group limit for a not specific group user",
+        "maxapplications with a specific group limit and a wildcard group limit "
+        "for a not specific group user",
         "user2",
         ["group2"],
         [([], ["group1"], "large", 2), ([], ["*"], "large", 1)],
