@@ -79,6 +79,7 @@ def _check_partition(report: Report, partition: Partition) -> None:
     _check_queues(report, root, root.name, level=1, is_root=True)
     _check_queue_resource(report, root, root.name, None, is_root=True)
     check_placement_rules(report, partition)
+    check_node_sort_policy(report, partition)
     _check_queue_max_applications(report, root, root.name)
     check_limit_hierarchy(report, root, root.name)
 
@@ -170,6 +171,22 @@ def _check_queue_resource(
             queue=path,
         )
     return children if is_zero(guaranteed) else guaranteed
+
+
+#: YuniKorn's node sorting policies ("" is its default, ``fair``)
+NODE_SORT_POLICIES = ("", "fair", "binpacking")
+
+
+def check_node_sort_policy(report: Report, partition: Partition) -> None:
+    """YuniKorn's ``checkNodeSortingPolicy``: a known policy, no negative weight (kept, not used)."""
+    policy = partition.nodesortpolicy
+    if policy is None:
+        return
+    if policy.type not in NODE_SORT_POLICIES:
+        report.add(f"node sorting policy {policy.type!r} is not known: use fair or binpacking")
+    for resource, weight in sorted(policy.resourceweights.items()):
+        if weight < 0:
+            report.add(f"node sorting weight of {resource} is {weight}: weights cannot be negative")
 
 
 def _check_queue_max_applications(report: Report, queue: Queue, path: str) -> None:

@@ -4,7 +4,8 @@ The tables of TestCheckLimitResource, TestCheckLimitMaxApplications, TestCheckLi
 TestCheckPlacementRule are kept in ``data/yunikorn_configvalidator_test.yaml`` (Go structs as
 YuniKorn's YAML keys); each runs through the ledger's check of the same name. The name tables
 of TestUserName, TestGroupName, TestServiceAccountUserName and TestServiceAccountGroupName
-and the cases of TestIsQueueNameValid are below, each run as a whole configuration.
+and the cases of TestIsQueueNameValid are below, each run as a whole configuration, and those of
+TestCheckNodeSortingPolicy, run through the ledger's check of the same name.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from upstream_cases import agree, load, params
 
 from quota_ledger import configuring
 from quota_ledger.config.limits_check import Report, check_limit_hierarchy, check_queue_limits
-from quota_ledger.config.model import PlacementRule, Queue
+from quota_ledger.config.model import Partition, PlacementRule, Queue
 from quota_ledger.config.placement import check_rule
+from quota_ledger.config.validate import check_node_sort_policy
 
 FILE = "pkg/common/configs/configvalidator_test.go"
 TABLE = load("yunikorn_configvalidator_test.yaml")
@@ -144,3 +146,34 @@ def test_is_queue_name_valid(name: str, accepted: bool) -> None:
     document = {"partitions": [{"name": "default", "queues": [{"name": "root", "queues": [{"name": name}]}]}]}
     _, problems = configuring.check(document)
     assert (problems == []) is accepted, problems
+
+
+NODE_SORTING = {
+    "Valid Sorting Policy with Positive Weights": (
+        {"type": "fair", "resourceweights": {"memory": 1.0}},
+        True,
+    ),
+    "Negative Resource Weight": ({"type": "fair", "resourceweights": {"memory": -1.0}}, False),
+    "Undefined Sorting Policy": ({"type": "undefinedPolicy", "resourceweights": {"memory": 1.0}}, False),
+    "Valid Policy with Multiple Resources": (
+        {"type": "binpacking", "resourceweights": {"memory": 2.0, "cpu": 3.0}},
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "accepted"),
+    [pytest.param(*row, id=f"TestCheckNodeSortingPolicy-{name}") for name, row in NODE_SORTING.items()],
+)
+def test_check_node_sorting_policy(policy: dict[str, Any], accepted: bool) -> None:
+    partition = Partition.model_validate({"queues": [], "nodesortpolicy": policy})
+    report = Report("default")
+    check_node_sort_policy(report, partition)
+    assert (report.problems == []) is accepted, report.problems
+    if accepted:  # kept as written
+        assert partition.nodesortpolicy is not None
+        assert (partition.nodesortpolicy.type, partition.nodesortpolicy.resourceweights) == (
+            policy["type"],
+            policy["resourceweights"],
+        )
