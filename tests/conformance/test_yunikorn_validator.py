@@ -177,3 +177,67 @@ def test_check_node_sorting_policy(policy: dict[str, Any], accepted: bool) -> No
             policy["type"],
             policy["resourceweights"],
         )
+
+
+# TestCheckPlacementRules: upstream's createQueueConfig() and createPlacementRules(), then variants
+PLACEMENT_QUEUES = [
+    {
+        "name": "root",
+        "parent": True,
+        "queues": [
+            {"name": "users", "parent": True},
+            {"name": "devs", "parent": True, "queues": [{"name": "yunikorn", "parent": True}]},
+            {"name": "default", "parent": False},
+            {"name": "admins", "parent": True},
+        ],
+    }
+]
+USER_UNDER_TAG_UNDER_USERS = {
+    "name": "user",
+    "parent": {"name": "tag", "value": "namespace", "parent": {"name": "fixed", "value": "root.users"}},
+}
+DEV_UNDER_ADMINS = {
+    "name": "fixed",
+    "value": "dev",
+    "create": True,
+    "parent": {"name": "fixed", "value": "admins"},
+}
+PLACEMENT_RULES = {
+    "default case, no error": ([USER_UNDER_TAG_UNDER_USERS, DEV_UNDER_ADMINS], None),
+    "referencing a parent queue as the last of a fixed path": (
+        [{"name": "fixed", "value": "root.users"}],
+        "placement rule #0 (fixed) names queue root.users, which is not a leaf queue",
+    ),
+    "referencing root.admins.dev, which does not exist, with create false": (
+        [USER_UNDER_TAG_UNDER_USERS, {**DEV_UNDER_ADMINS, "create": False}],
+        "placement rule #1 (fixed->fixed) names queue root.admins.dev, which does not exist",
+    ),
+    "referencing root.default.leaf under the leaf default": (
+        [{"name": "fixed", "value": "root.default.leaf"}],
+        "placement rule #0 (fixed) names queue root.default.leaf, which cannot be created: "
+        "default is a leaf",
+    ),
+    "two fixed rules of a chain with fully qualified queues": (
+        [
+            {
+                "name": "fixed",
+                "value": "root.default.leaf",
+                "parent": {"name": "fixed", "value": "root.default"},
+            }
+        ],
+        "placement rule #0: only the first 'fixed' rule of a chain may name a full queue path",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("rules", "problem"),
+    [pytest.param(*row, id=f"TestCheckPlacementRules-{name}") for name, row in PLACEMENT_RULES.items()],
+)
+def test_check_placement_rules(rules: list[dict[str, Any]], problem: str | None) -> None:
+    document = {"partitions": [{"name": "default", "queues": PLACEMENT_QUEUES, "placementrules": rules}]}
+    _, found = configuring.check(document)
+    if problem is None:
+        assert found == []
+    else:
+        assert [p.message for p in found if p.message.startswith(problem)], found
