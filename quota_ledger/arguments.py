@@ -12,6 +12,7 @@ from typing import Any
 
 from quota_ledger.driver.statements import StoredReservation
 from quota_ledger.errors import IdempotencyConflict, InvalidCommit, InvalidRequest
+from quota_ledger.quantity import format_human
 from quota_ledger.values import Reservation
 
 MAX_TTL = 7 * 24 * 3600.0
@@ -26,7 +27,9 @@ def commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) 
     too_much = [res for res in reservation.resources if partial.get(res, 0) > reservation.resources[res]]
     if too_much:
         detail = ", ".join(
-            f"{res}: reserved {reservation.resources[res]}, commit {partial[res]}" for res in too_much
+            f"{res}: reserved {format_human(res, reservation.resources[res])}, "
+            f"commit {format_human(res, partial[res])}"
+            for res in too_much
         )
         raise InvalidCommit(f"cannot commit more than was reserved: {detail}", field=too_much[0])
     return {res: partial.get(res, 0) for res in reservation.resources}

@@ -56,8 +56,12 @@ class UsageUnderflow(QuotaLedgerError):
         self.queue = queue
         #: resource -> (in_use, requested)
         self.shortfalls = dict(shortfalls)
+        # Imported here: the quantity grammar raises errors of this module.
+        from quota_ledger.quantity import format_human
+
         parts = ", ".join(
-            f"{res}: in use {in_use}, release {req}" for res, (in_use, req) in shortfalls.items()
+            f"{res}: in use {format_human(res, in_use)}, release {format_human(res, req)}"
+            for res, (in_use, req) in shortfalls.items()
         )
         super().__init__(f"cannot release more than is in use at {queue}: {parts}")
 

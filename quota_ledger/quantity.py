@@ -173,3 +173,37 @@ def format_quantity(resource: str, units: int) -> str:
         if units and units % factor == 0:
             candidates.append(f"{units // factor}{suffix}")
     return min(candidates, key=len)
+
+
+#: the Kubernetes ResourceQuota names whose amounts the ledger keeps in milli-cores
+KUBE_CPU_NAMES = frozenset({"cpu", "requests.cpu", "limits.cpu"})
+_BYTE_NAMES = frozenset({"memory", "storage", "ephemeral-storage"})
+
+
+def is_bytes(resource: str) -> bool:
+    """Whether ``resource`` counts bytes: memory, storage, ephemeral storage and huge pages,
+    also under ``requests.``/``limits.`` and a storage class's ``.../requests.storage``."""
+    name = resource.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    return name in _BYTE_NAMES or name.startswith("hugepages-")
+
+
+def format_human(resource: str, units: int, *, milli: bool | None = None) -> str:
+    """Base units as a person reads them, in the resource's own unit, as ``kubectl describe
+    quota`` prints: cores or milli-cores for cpu-like resources (``4``, ``250m``), binary
+    suffixes for bytes when exact (``8Gi``, ``1536Mi``; else a decimal suffix or plain bytes),
+    plain numbers for counts. Negative amounts (an over-limit ``available``) keep their sign.
+
+    ``milli`` overrides whether the amount is in milli-units (a ResourceQuota's ``requests.cpu``
+    is; a queue resource of that name is not). JSON output keeps base units: this is for text.
+    """
+    if units < 0:
+        return "-" + format_human(resource, -units, milli=milli)
+    if is_milli(resource) if milli is None else milli:
+        return str(units // 1000) if units % 1000 == 0 else f"{units}m"
+    if units == 0 or not is_bytes(resource):
+        return str(units)
+    for suffixes in (_BINARY, {k: int(v) for k, v in _DECIMAL.items() if v > 1}):
+        for suffix, factor in reversed(suffixes.items()):
+            if units % factor == 0:
+                return f"{units // factor}{suffix}"
+    return str(units)

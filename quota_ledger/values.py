@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from quota_ledger.quantity import KUBE_CPU_NAMES, format_human
+
 
 class ReservationState(enum.StrEnum):
     """Where a reservation is in its life: ``pending`` until it is resolved exactly once."""
@@ -70,15 +72,29 @@ class Violation:
     kind: str = "queue"
     name: str | None = None
 
+    @property
+    def available(self) -> int:
+        """``limit - (in_use + reserved)``: what may still be requested (negative when over)."""
+        return self.limit - (self.in_use + self.reserved)
+
     def describe(self) -> str:
+        """One line in the resource's own units, as ``kubectl describe quota`` prints:
+        ``memory at root.a: limit 8Gi, in use 0, reserved 0, requested 9Gi, available 8Gi``."""
         if self.kind == "quota":
             where = f"{self.resource} in quota {self.scope}"
+            milli: bool | None = self.resource in KUBE_CPU_NAMES
         else:
             who = f" for {self.kind} {self.name}" if self.name is not None else ""
             where = f"{self.resource} at {self.scope}{who}"
+            milli = None
+
+        def human(units: int) -> str:
+            return format_human(self.resource, units, milli=milli)
+
         return (
-            f"{where}: limit {self.limit}, in use {self.in_use}, "
-            f"reserved {self.reserved}, requested {self.requested}"
+            f"{where}: limit {human(self.limit)}, in use {human(self.in_use)}, "
+            f"reserved {human(self.reserved)}, requested {human(self.requested)}, "
+            f"available {human(self.available)}"
         )
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from quota_ledger.errors import InvalidQuantity, InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
-from quota_ledger.quantity import MAX_QUANTITY, format_quantity, parse_fraction
+from quota_ledger.quantity import KUBE_CPU_NAMES, MAX_QUANTITY, format_quantity, parse_fraction
 
 SCOPES = (
     "Terminating",
@@ -49,7 +49,7 @@ _INTEGER_NAMES = frozenset(
         "persistentvolumeclaims", "services.nodeports", "services.loadbalancers",
     }
 )  # fmt: skip
-_CPU_NAMES = frozenset({"cpu", "requests.cpu", "limits.cpu"})
+_CPU_NAMES = KUBE_CPU_NAMES
 #: names the pod evaluator tracks besides ``requests.<anything>``
 _POD_NAMES = frozenset(
     {"pods", "count/pods", "cpu", "memory", "ephemeral-storage", "limits.cpu", "limits.memory",

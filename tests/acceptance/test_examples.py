@@ -34,7 +34,8 @@ def test_user_story_1_runs(db_url: URL) -> None:
 def test_user_story_2_runs(db_url: URL) -> None:
     out = run("kube_story_2.py", db_url).splitlines()
     assert (
-        out[0] == "refused: pods in quota analytics/prioritized: limit 2, in use 2, reserved 0, requested 1"
+        out[0] == "refused: pods in quota analytics/prioritized: limit 2, in use 2, reserved 0, requested 1, "
+        "available 0"
     )
     assert "'used': {'pods': '2', 'requests.cpu': '1', 'requests.memory': '2Gi'}" in out[1]
     assert out[2] == "after release: {'pods': '1', 'requests.cpu': '500m', 'requests.memory': '1Gi'}"

@@ -52,7 +52,9 @@ def test_one_over_is_a_violation_with_all_numbers() -> None:
             requested=501,
         )
     ]
-    assert found[0].describe() == "vcore at root.a: limit 1000, in use 300, reserved 200, requested 501"
+    assert found[0].describe() == (
+        "vcore at root.a: limit 1, in use 300m, reserved 200m, requested 501m, available 500m"
+    )
 
 
 def test_reserved_counts_like_in_use() -> None:
