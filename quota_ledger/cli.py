@@ -18,13 +18,13 @@ from typing import Any, cast
 
 import yaml
 
-from quota_ledger import cli_service, migrate, sweeper
+from quota_ledger import cli_output, cli_progress, cli_service, cli_views, migrate, sweeper
+from quota_ledger.cli_output import table as _table
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
-from quota_ledger.quantity import format_quantity
 from quota_ledger.remote import RemoteEngine
 from quota_ledger.settings import Settings
-from quota_ledger.values import Reservation, Usage
+from quota_ledger.values import Reservation
 
 EXIT_ERROR, EXIT_USAGE, EXIT_OVER_QUOTA, EXIT_DRIFT = 1, 2, 3, 4
 
@@ -118,7 +118,7 @@ def _limits_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
         _emit(limits)
         return 0
     rows = [
-        [q, res, format_quantity(res, lim), str(lim)] for q, v in limits.items() for res, lim in v.items()
+        [q, res, cli_output.human(res, lim), str(lim)] for q, v in limits.items() for res, lim in v.items()
     ]
     print(_table(["QUEUE", "RESOURCE", "LIMIT", "BASE UNITS"], rows) if rows else "no limits set")
     return 0
@@ -141,15 +141,15 @@ def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
 
 def _commit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     partial = _pairs(args.resources) if args.resources else None
-    return _print_reservation(args, engine.commit(args.id, partial))
+    return _print_reservation(args, engine.commit(cli_views.full_id(engine, args.id), partial))
 
 
 def _rollback(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    return _print_reservation(args, engine.rollback(args.id))
+    return _print_reservation(args, engine.rollback(cli_views.full_id(engine, args.id)))
 
 
 def _show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    return _print_reservation(args, engine.get(args.id))
+    return _print_reservation(args, engine.get(cli_views.full_id(engine, args.id)))
 
 
 def _release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
@@ -168,12 +168,29 @@ def _release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
 
 
 def _usage(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    if args.queue is None:
+        return _usage_tree(engine, args)
     usage = engine.usage(args.queue, partition=args.partition)
     if args.json:
         _emit({res: {**dataclasses.asdict(u), "available": u.available} for res, u in usage.items()})
         return 0
     print(f"usage of {args.queue} (partition {args.partition}, whole subtree)")
-    print(_usage_table(usage) if usage else "no usage recorded")
+    print(cli_output.usage_table(usage) if usage else "no usage recorded")
+    return 0
+
+
+def _usage_tree(engine: QuotaEngine, args: argparse.Namespace) -> int:
+    tree = cli_views.queue_tree(engine, args.partition)
+    if args.json:
+        _emit(
+            {
+                q: {res: {**dataclasses.asdict(u), "available": u.available} for res, u in usage.items()}
+                for q, usage in tree.items()
+            }
+        )
+        return 0
+    print(f"queues of partition {args.partition} (usage of each whole subtree, the queue's own limit)")
+    print(cli_output.usage_tree(tree) if tree else "no usage or limits recorded")
     return 0
 
 
@@ -181,7 +198,7 @@ def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
     batch = args.batch_size or settings.sweep_batch_size
     rate = settings.sweep_max_rate if args.max_rate is None else args.max_rate
     if args.once:
-        expired = engine.expire(batch_size=batch, workers=args.workers, max_rate=rate)
+        expired = cli_views.expire_backlog(engine, batch, args.workers, rate)
         _say(args, {"expired": expired}, "expired {expired} reservations")
         return 0
     stop = threading.Event()
@@ -204,7 +221,7 @@ def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
 
 
 def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    drifts = engine.audit(fix=args.fix, partition=args.partition)
+    drifts = cli_views.audit(engine, fix=args.fix, partition=args.partition)
     if args.json:
         _emit([dataclasses.asdict(d) for d in drifts])
     elif not drifts:
@@ -232,7 +249,9 @@ def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
 
 
 def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    version = engine.apply_config(_read_source(args.file))
+    source = _read_source(args.file)
+    with cli_progress.bar(f"applying {args.file}", None):
+        version = engine.apply_config(source)
     _say(args, {"version": version}, "applied configuration version {version}")
     return 0
 
@@ -258,18 +277,28 @@ def _config_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _users(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    if args.name:
-        _emit(engine.user_usage(args.name, partition=args.partition))
-    else:
-        _emit(engine.user_usages(partition=args.partition))
-    return 0
+    one, every = engine.user_usage, engine.user_usages
+    return _identities(
+        args,
+        "user",
+        [one(args.name, partition=args.partition)] if args.name else every(partition=args.partition),
+    )
 
 
 def _groups(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    if args.name:
-        _emit(engine.group_usage(args.name, partition=args.partition))
+    one, every = engine.group_usage, engine.group_usages
+    return _identities(
+        args,
+        "group",
+        [one(args.name, partition=args.partition)] if args.name else every(partition=args.partition),
+    )
+
+
+def _identities(args: argparse.Namespace, kind: str, found: list[dict[str, Any]]) -> int:
+    if args.json:
+        _emit(found[0] if args.name else found)  # YuniKorn's REST shape
     else:
-        _emit(engine.group_usages(partition=args.partition))
+        print(cli_output.identity_table(kind, found))
     return 0
 
 
@@ -389,14 +418,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="idempotency key (request id)")
     p.add_argument("--priority-class")
     p.set_defaults(handler=_reserve)
-    p = sub.add_parser("commit", parents=[common], help="commit ID [RES=QTY ... to commit less]")
+    p = sub.add_parser("commit", parents=[common], help="commit ID or prefix [RES=QTY ... to commit less]")
     p.add_argument("id")
     p.add_argument("resources", nargs="*", metavar="RES=QTY")
     p.set_defaults(handler=_commit)
-    p = sub.add_parser("rollback", parents=[common], help="roll back reservation ID")
+    p = sub.add_parser(
+        "rollback", parents=[common], help="roll back reservation ID (or a unique prefix of it)"
+    )
     p.add_argument("id")
     p.set_defaults(handler=_rollback)
-    p = sub.add_parser("show", parents=[common], help="show reservation ID")
+    p = sub.add_parser("show", parents=[common], help="show reservation ID (or a unique prefix)")
     p.add_argument("id")
     p.set_defaults(handler=_show)
     p = sub.add_parser("release", parents=[common, part, ident], help="release QUEUE RES=QTY ...")
@@ -404,8 +435,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("resources", nargs="+", metavar="RES=QTY")
     p.add_argument("--finished", action="store_true", help="the application has finished")
     p.set_defaults(handler=_release)
-    p = sub.add_parser("usage", parents=[common, part], help="usage table of a queue's subtree")
-    p.add_argument("queue", nargs="?", default="root")
+    p = sub.add_parser(
+        "usage", parents=[common, part], help="usage table of QUEUE's subtree; without QUEUE, the queue tree"
+    )
+    p.add_argument("queue", nargs="?")
     p.set_defaults(handler=_usage)
     p = sub.add_parser("sweep", parents=[common], help="expire reservations whose time ran out")
     p.add_argument("--once", action="store_true", help="one sweep, then exit")
@@ -435,10 +468,10 @@ def _parser() -> argparse.ArgumentParser:
     config.add_parser("show", parents=[common], help="print the configuration in force").set_defaults(
         handler=_config_show
     )
-    p = sub.add_parser("users", parents=[common, part], help="user usage trees (YuniKorn's REST shape)")
+    p = sub.add_parser("users", parents=[common, part], help="user usage and limits (all, or NAME)")
     p.add_argument("name", nargs="?")
     p.set_defaults(handler=_users)
-    p = sub.add_parser("groups", parents=[common, part], help="group usage trees (YuniKorn's REST shape)")
+    p = sub.add_parser("groups", parents=[common, part], help="group usage and limits (all, or NAME)")
     p.add_argument("name", nargs="?")
     p.set_defaults(handler=_groups)
     p = sub.add_parser("app-summary", parents=[common, part], help="usage summary of a finished application")
@@ -500,51 +533,9 @@ def _pairs(items: Sequence[str], *, allow_none: bool = False) -> dict[str, Any]:
 def _print_reservation(args: argparse.Namespace, reservation: Reservation) -> int:
     if args.json:
         _emit(dataclasses.asdict(reservation))
-        return 0
-    amounts = ", ".join(f"{r}={format_quantity(r, a)}" for r, a in reservation.resources.items())
-    print(f"{reservation.id} {reservation.state.value} {reservation.queue} [{amounts}]")
-    print(
-        f"  expires {reservation.expires_at.isoformat(timespec='seconds')}"
-        + (f"  key {reservation.key}" if reservation.key else "")
-    )
-    if reservation.committed is not None:
-        done = ", ".join(f"{r}={format_quantity(r, a)}" for r, a in reservation.committed.items())
-        print(f"  committed [{done}]")
+    else:
+        print("\n".join(cli_output.reservation_lines(reservation)))
     return 0
-
-
-def _usage_table(usage: dict[str, Usage]) -> str:
-    rows = []
-    for res, u in usage.items():
-        limit = "-" if u.limit is None else format_quantity(res, u.limit)
-        avail = (
-            "-"
-            if u.available is None
-            else (
-                format_quantity(res, u.available)
-                if u.available >= 0
-                else f"-{format_quantity(res, -u.available)}"
-            )
-        )
-        share = "" if not u.limit else f"{100 * (u.in_use + u.reserved) / u.limit:5.1f}%"
-        bar = "" if not u.limit else _bar((u.in_use + u.reserved) / u.limit)
-        rows.append(
-            [res, format_quantity(res, u.in_use), format_quantity(res, u.reserved), limit, avail, share, bar]
-        )
-    return _table(["RESOURCE", "IN USE", "RESERVED", "LIMIT", "AVAILABLE", "USED", ""], rows)
-
-
-def _bar(fraction: float, width: int = 20) -> str:
-    filled = max(0, min(width, round(fraction * width)))
-    return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]
-    ]
-    return "\n".join(lines)
 
 
 def _json_default(value: object) -> object:

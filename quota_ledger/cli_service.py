@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from quota_ledger import tokens
+from quota_ledger import cli_output, tokens
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.settings import Settings
 
@@ -175,10 +175,9 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
         print(json.dumps([dataclasses.asdict(t) for t in found], default=str, indent=2))
         return 0
-    for t in found:
-        state = "revoked" if t.revoked_at else "active"
-        where = f"partition={t.partition or '*'} queue={t.queue or '*'}"
-        print(f"{t.name:24} {t.role:8} {state:8} {where}")
+    print(cli_output.tokens_table(found))
+    if not found:
+        print("# no tokens yet: quota-ledger tokens add NAME --role ROLE", file=sys.stderr)
     return 0
 
 

@@ -96,6 +96,30 @@ class ReservationNotFound(QuotaLedgerError):
         super().__init__(f"reservation {reservation_id} not found")
 
 
+class ReservationIdTooShort(InvalidRequest):
+    """A reservation id prefix is too short to name one reservation."""
+
+    def __init__(self, prefix: str, minimum: int) -> None:
+        self.prefix = prefix
+        self.minimum = minimum
+        super().__init__(
+            f"reservation id prefix {prefix!r} is too short: give at least {minimum} characters",
+            field="id",
+        )
+
+
+class AmbiguousReservationId(InvalidRequest):
+    """A reservation id prefix matches more than one reservation."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str], *, more: bool = False) -> None:
+        self.prefix = prefix
+        #: the matching ids (the first few when ``more``)
+        self.candidates = list(candidates)
+        self.more = more
+        listed = ", ".join(self.candidates) + (", ..." if more else "")
+        super().__init__(f"reservation id prefix {prefix!r} is ambiguous: {listed}", field="id")
+
+
 class ReservationStateError(QuotaLedgerError):
     """The reservation is not in a state that allows this operation."""
 

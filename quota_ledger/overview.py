@@ -79,3 +79,13 @@ def usage_history(
         in_use_changes=changes.in_use,
         reserved_changes=changes.reserved,
     )
+
+
+def reservation_ids(engine: QuotaEngine, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` reservation ids starting with ``prefix`` (see :mod:`quota_ledger.short_ids`)."""
+    return engine.driver.run(lambda tx: reads.ids_with_prefix(tx.conn, prefix, limit))
+
+
+def expired_backlog(engine: QuotaEngine) -> int:
+    """Pending reservations whose time ran out, in every partition: what a sweep has to do."""
+    return engine.driver.run(lambda tx: reads.expired_backlog(tx.conn))

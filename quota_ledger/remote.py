@@ -92,6 +92,18 @@ class RemoteEngine:
             r: Usage(in_use=u["in_use"], reserved=u["reserved"], limit=u["limit"]) for r, u in found.items()
         }
 
+    def queue_tree(self, partition: str = "default") -> dict[str, dict[str, Usage]]:
+        found = self._call("GET", "/v1/queues", params={"partition": partition})
+        return {
+            queue: {
+                r: Usage(in_use=u["in_use"], reserved=u["reserved"], limit=u["limit"]) for r, u in v.items()
+            }
+            for queue, v in found.items()
+        }
+
+    def reservation_ids(self, prefix: str, limit: int) -> list[str]:
+        return list(self._call("GET", "/v1/reservation-ids", params={"prefix": prefix, "limit": limit}))
+
     def set_limits(self, queue: str, resources: Mapping[str, Any], *, partition: str = "default") -> int:
         body = {"resources": dict(resources), "partition": partition}
         return int(self._call("PUT", f"/v1/queues/{quote(queue, safe='')}/limits", json=body)["version"])

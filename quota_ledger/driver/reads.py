@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Integer, bindparam, func, select
+from sqlalchemy import Connection, Integer, String, bindparam, func, select
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.schema import PENDING, reservations
@@ -27,6 +27,25 @@ _SOONEST = (
     .order_by(_R.expires_at)
     .limit(bindparam("n", type_=Integer))
 )
+# ids_with_prefix: reservation ids starting with a prefix. The range keeps it on the primary
+# key's index under any collation; LIKE then keeps only true prefixes (the range may admit more
+# where a collation ignores the hyphens).
+_IDS_WITH_PREFIX = (
+    select(_R.id)
+    .where(
+        _R.id >= bindparam("low", type_=String),
+        _R.id < bindparam("high", type_=String),
+        _R.id.like(bindparam("pattern", type_=String)),
+    )
+    .order_by(_R.id)
+    .limit(bindparam("n", type_=Integer))
+)
+# expired_backlog: pending reservations whose time ran out (what a sweep will expire), all partitions.
+_EXPIRED_BACKLOG = select(func.count()).where(_R.state == PENDING, _R.expires_at <= dialect.utcnow())
+
+
+def expired_backlog(conn: Connection) -> int:
+    return int(conn.execute(_EXPIRED_BACKLOG).scalar_one())
 
 
 def pending_summary(conn: Connection) -> list[tuple[str, int, float]]:
@@ -40,3 +59,13 @@ def soonest_expiring(conn: Connection, partition: str, limit: int) -> list[Store
         return []
     found = _many(conn.execute(_READ_MANY, {"ids": ids}).all())
     return sorted(found, key=lambda s: s.reservation.expires_at)
+
+
+def ids_with_prefix(conn: Connection, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` reservation ids starting with ``prefix`` (lowercase hex digits and
+    hyphens, at least one digit), in order."""
+    low = prefix.rstrip("-")
+    last = low[-1]
+    high = low[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
+    params = {"low": low, "high": high, "pattern": prefix + "%", "n": limit}
+    return list(conn.execute(_IDS_WITH_PREFIX, params).scalars())

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from quota_ledger import history, overview, queues
+from quota_ledger import history, overview, queues, short_ids
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
@@ -86,6 +86,20 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         found = engine.get_by_key(key, partition=partition)
         check_scope(token, found.partition, found.queue)
         return models.ReservationOut.of(found)
+
+    @router.get("/reservation-ids", response_model=list[str], tags=["ledger"])
+    def reservation_ids(
+        token: Annotated[Token, reader],
+        prefix: Annotated[str, Query(min_length=short_ids.MIN_PREFIX, max_length=36, pattern="^[0-9a-f-]+$")],
+        limit: Annotated[int, Query(ge=1, le=100)] = short_ids.SHOWN_CANDIDATES + 1,
+    ) -> list[str]:
+        """Ids of reservations that start with ``prefix`` (for short ids, as git's short hashes);
+        a restricted token sees only those in its partition and queue."""
+        found = overview.reservation_ids(engine, prefix, limit)
+        if token.partition is None and token.queue is None:
+            return found
+        mine = [engine.get(rid) for rid in found]
+        return [r.id for r in mine if token.covers(r.partition, r.queue)]
 
     @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
     def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
@@ -170,6 +184,21 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         check_scope(token, partition, queues.validate_queue(queue))
         found = overview.usage_history(engine, queue, partition=partition, window=window)
         return models.UsageHistoryOut.of(found)
+
+    @router.get("/queues", response_model=dict[str, dict[str, models.UsageOut]], tags=["queues"])
+    def queue_tree(
+        token: Annotated[Token, reader],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+    ) -> dict[str, dict[str, models.UsageOut]]:
+        """Every queue with usage or a limit (and its ancestors): its subtree's usage per resource
+        and its own limit. A queue-restricted token sees its subtree."""
+        check_scope(token, partition, token.queue)
+        tree = overview.queue_tree(engine, partition)
+        return {
+            queue: {res: models.UsageOut.of(u) for res, u in usage.items()}
+            for queue, usage in tree.items()
+            if token.covers(partition, queue)
+        }
 
     @router.put("/queues/{path}/limits", response_model=models.VersionOut, tags=["queues"])
     def set_limits(path: str, body: models.LimitsBody, token: Annotated[Token, admin]) -> models.VersionOut:
