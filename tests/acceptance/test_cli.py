@@ -71,7 +71,7 @@ def test_database_defaults_to_a_sqlite_file_in_the_working_directory(tmp_path: P
     other = tmp_path / "other.db"
     ok(cli("--db", f"sqlite:///{other}", "db", "upgrade", cwd=tmp_path))
     assert json.loads(ok(cli("--db", f"sqlite:///{other}", "usage", "--json", cwd=tmp_path))) == {}
-    assert json.loads(ok(cli("usage", "--json", cwd=tmp_path)))["fpga"]["reserved"] == 1
+    assert json.loads(ok(cli("usage", "root", "--json", cwd=tmp_path)))["fpga"]["reserved"] == 1
 
 
 def test_sweep_once_expires_what_ran_out(tmp_path: Path) -> None:
@@ -186,9 +186,9 @@ def test_config_apply_validate_show_and_user_usage(tmp_path: Path) -> None:
     ok(cli("reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", db=db))
     over = cli("reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", db=db)
     assert over.returncode == EXIT_OVER_QUOTA
-    report = json.loads(ok(cli("users", "sue", db=db)))
+    report = json.loads(ok(cli("users", "sue", "--json", db=db)))
     assert report["queues"]["children"][0]["maxResources"] == {"vcore": 1000}
-    assert [u["userName"] for u in json.loads(ok(cli("users", db=db)))] == ["sue"]
+    assert [u["userName"] for u in json.loads(ok(cli("users", "--json", db=db)))] == ["sue"]
 
 
 def test_quota_admission_and_pod_commands(tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ def test_config_users_and_kubernetes_through_the_service(service: Service, tmp_p
     assert "version 1" in ok(cli(service, "config", "apply", str(config)))
     assert "name: dev" in ok(cli(service, "config", "show", role="reader"))
     ok(cli(service, "reserve", "root.dev", "vcore=1", "--user", "sue", "--application", "a1", role="service"))
-    assert json.loads(ok(cli(service, "users", "sue", role="reader")))["userName"] == "sue"
+    assert json.loads(ok(cli(service, "users", "sue", "--json", role="reader")))["userName"] == "sue"
+    header = ok(cli(service, "users", role="reader")).splitlines()[0]
+    assert header.split()[:3] == ["USER", "QUEUE", "APPLICATIONS"]
     quota = tmp_path / "quota.yaml"
     quota.write_text("kind: ResourceQuota\nmetadata: {name: q, namespace: team}\nspec: {hard: {pods: '1'}}\n")
     assert json.loads(ok(cli(service, "quota", "apply", str(quota))))["used"] == {"pods": "0"}
@@ -85,3 +87,24 @@ def test_database_only_commands_refuse_a_url(service: Service) -> None:
         refused = cli(service, *args)
         assert refused.returncode == 2, args
         assert "--db" in refused.stderr
+
+
+def test_usage_tree_and_short_ids_through_the_service(service: Service) -> None:
+    ok(cli(service, "limits", "set", "root.a", "memory=8Gi"))
+    made = json.loads(ok(cli(service, "reserve", "root.a.b", "memory=2Gi", "--json", role="service")))
+    tree = ok(cli(service, "usage", role="reader")).splitlines()
+    assert tree[1].split()[:2] == ["QUEUE", "RESOURCE"]
+    assert [line.split()[:6] for line in tree if line.strip().startswith("a ")] == [
+        ["a", "memory", "0", "2Gi", "8Gi", "6Gi"]
+    ]
+    everything = json.loads(ok(cli(service, "usage", "--json", role="reader")))
+    assert everything["root.a.b"]["memory"]["reserved"] == 2 * 2**30
+    # a queue-restricted token sees its own subtree only
+    restricted = json.loads(ok(cli(service, "usage", "--json", role="team-a")))
+    assert set(restricted) == {"root.a", "root.a.b"}
+    shown = ok(cli(service, "show", made["id"][:8], role="reader"))
+    assert shown.startswith(f"{made['id']} pending root.a.b [memory=2Gi]")
+    assert "committed" in ok(cli(service, "commit", made["id"][:6], role="service"))
+    short = cli(service, "show", made["id"][:3], role="reader")
+    assert short.returncode == 1
+    assert "at least 4 characters" in short.stderr
