@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    logging.getLogger("quota_ledger.summary").setLevel(logging.INFO)  # a finished application's line
     settings_file = getattr(args, "settings", None) or os.environ.get("QUOTA_LEDGER_SETTINGS_FILE")
     overrides: dict[str, Any] = {} if args.db is None else {"db": args.db}
     settings = Settings(_env_file=settings_file, **overrides)  # type: ignore[call-arg]

@@ -3,6 +3,8 @@ the environment itself."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,3 +33,6 @@ class Settings(BaseSettings):
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
     workers: int = Field(1, ge=1, le=64, description="worker processes of the HTTP service")
+    access_log: Literal["text", "json", "off"] = Field(
+        "text", description="the service's access log: a text line or a JSON object a request, or none"
+    )

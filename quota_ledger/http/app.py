@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from quota_ledger import sweeper
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import docs, errors, ops, routes, ui, yunikorn
+from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.settings import Settings
@@ -126,6 +127,8 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
     app.add_middleware(BodyLimit)
+    if settings.access_log != "off":
+        app.add_middleware(AccessLog, fmt=settings.access_log)  # outermost: sees every answer, 413 too
     app.state.engine = engine
     app.state.metrics = metrics
     return app

@@ -8,11 +8,13 @@ import os
 from fastapi import FastAPI
 
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.http import access_log
 from quota_ledger.http.app import create_app
 from quota_ledger.settings import Settings
 
 
 def create() -> FastAPI:
     settings = Settings(_env_file=os.environ.get("QUOTA_LEDGER_SETTINGS_FILE"))  # type: ignore[call-arg]
+    access_log.configure(settings.access_log, verbose=os.environ.get("QUOTA_LEDGER_VERBOSE") == "1")
     engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl, pool_size=settings.pool_size)
     return create_app(engine, settings, sweep=os.environ.get("QUOTA_LEDGER_NO_SWEEP") != "1")

@@ -62,6 +62,7 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
             found = auth.token_of(request)
         if not found.allows("reader"):
             raise HTTPException(403, "the dashboard needs the reader role")
+        request.state.token = found  # for the access log
         queues.validate_partition(partition)
         check_scope(found, partition, None)
         check_scope(found, partition, queues.validate_queue(queue))
