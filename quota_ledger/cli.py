@@ -228,24 +228,7 @@ def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     elif not drifts:
         print("audit clean: every counter matches the ledger history")
     else:
-        rows = [
-            [
-                d.partition,
-                d.scope_type,
-                d.scope,
-                d.resource,
-                f"{d.in_use}/{d.reserved}",
-                f"{d.expected_in_use}/{d.expected_reserved}",
-                "fixed" if d.fixed else "not fixed",
-            ]
-            for d in drifts
-        ]
-        print(
-            _table(
-                ["PARTITION", "TYPE", "SCOPE", "RESOURCE", "STORED in_use/reserved", "EXPECTED", "STATUS"],
-                rows,
-            )
-        )
+        print(cli_output.drift_table(drifts))
     return EXIT_DRIFT if drifts and not args.fix else 0
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from quota_ledger.quantity import format_human
+from quota_ledger.quantity import KUBE_CPU_NAMES, format_human
 from quota_ledger.tokens import Token
-from quota_ledger.values import Reservation, Usage
+from quota_ledger.values import Drift, Reservation, Usage
 
 USAGE_HEADER = ["RESOURCE", "IN USE", "RESERVED", "LIMIT", "AVAILABLE", "USED", ""]
 
@@ -136,3 +136,28 @@ def tokens_table(found: Iterable[Token]) -> str:
         for t in found
     ]
     return table(["NAME", "ROLE", "STATE", "PARTITION", "QUEUE", "CREATED"], rows)
+
+
+def drift_table(drifts: Iterable[Drift]) -> str:
+    """The audit's findings: the stored and the expected in-use/reserved of each counter."""
+    rows = []
+    for d in drifts:
+        # a ResourceQuota's cpu names count milli-cores, unlike a queue resource of that name
+        milli = d.resource in KUBE_CPU_NAMES if d.scope_type == "quota" else None
+
+        def pair(in_use: int, reserved: int, res: str = d.resource, milli: bool | None = milli) -> str:
+            return f"{format_human(res, in_use, milli=milli)}/{format_human(res, reserved, milli=milli)}"
+
+        scope = d.scope if d.name is None else f"{d.scope} ({d.name})"
+        rows.append(
+            [
+                d.partition,
+                d.scope_type,
+                scope,
+                d.resource,
+                pair(d.in_use, d.reserved),
+                pair(d.expected_in_use, d.expected_reserved),
+                "fixed" if d.fixed else "not fixed",
+            ]
+        )
+    return table(["PARTITION", "TYPE", "SCOPE", "RESOURCE", "IN USE/RESERVED", "EXPECTED", "STATUS"], rows)

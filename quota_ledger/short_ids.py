@@ -19,7 +19,9 @@ MIN_PREFIX = 4
 FULL_LENGTH = 36
 #: candidates listed when a prefix is ambiguous
 SHOWN_CANDIDATES = 5
-_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]*", re.ASCII)
+#: what a prefix may hold: the lowercase hex digits and hyphens of a UUID, a digit first
+PREFIX = "[0-9a-f][0-9a-f-]*"
+_PREFIX = re.compile(PREFIX, re.ASCII)
 
 #: (prefix, limit) -> up to ``limit`` ids starting with the prefix, in order
 Lookup = Callable[[str, int], list[str]]

@@ -65,6 +65,8 @@ def ids_with_prefix(conn: Connection, prefix: str, limit: int) -> list[str]:
     """Up to ``limit`` reservation ids starting with ``prefix`` (lowercase hex digits and
     hyphens, at least one digit), in order."""
     low = prefix.rstrip("-")
+    if not low:
+        return []
     last = low[-1]
     high = low[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
     params = {"low": low, "high": high, "pattern": prefix + "%", "n": limit}

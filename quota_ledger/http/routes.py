@@ -90,7 +90,9 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     @router.get("/reservation-ids", response_model=list[str], tags=["ledger"])
     def reservation_ids(
         token: Annotated[Token, reader],
-        prefix: Annotated[str, Query(min_length=short_ids.MIN_PREFIX, max_length=36, pattern="^[0-9a-f-]+$")],
+        prefix: Annotated[
+            str, Query(min_length=short_ids.MIN_PREFIX, max_length=36, pattern=f"^{short_ids.PREFIX}$")
+        ],
         limit: Annotated[int, Query(ge=1, le=100)] = short_ids.SHOWN_CANDIDATES + 1,
     ) -> list[str]:
         """Ids of reservations that start with ``prefix`` (for short ids, as git's short hashes);

@@ -108,3 +108,10 @@ def test_usage_tree_and_short_ids_through_the_service(service: Service) -> None:
     short = cli(service, "show", made["id"][:3], role="reader")
     assert short.returncode == 1
     assert "at least 4 characters" in short.stderr
+    # a token restricted to root.a does not learn of reservations outside it
+    other = json.loads(ok(cli(service, "reserve", "root.z", "fpga=1", "--json", role="service")))
+    hidden = cli(service, "show", other["id"][:8], role="team-a")
+    assert hidden.returncode == 1
+    assert f"reservation {other['id'][:8]} not found" in hidden.stderr
+    with service.client("reader") as reader:
+        assert reader.get("/v1/reservation-ids", params={"prefix": "----"}).status_code == 422

@@ -17,6 +17,7 @@ def test_the_prefix_lookup_finds_exactly_the_ids_that_start_with_it(ledger: Quot
         expected = [i for i in ids if i.startswith(prefix)]
         assert overview.reservation_ids(ledger, prefix, 100) == expected, prefix
     assert overview.reservation_ids(ledger, ids[3][:1], 1) == [i for i in ids if i[0] == ids[3][0]][:1]
+    assert overview.reservation_ids(ledger, "----", 5) == []
 
 
 def test_a_unique_prefix_resolves_and_others_are_refused_with_the_reason(ledger: QuotaEngine) -> None:

@@ -111,3 +111,22 @@ def test_a_partial_commit_over_the_reservation_is_refused_in_human_units() -> No
     )
     with pytest.raises(InvalidCommit, match=r"memory: reserved 1Gi, commit 2Gi"):
         commit_amounts(reservation, {"memory": 2 * 2**30})
+
+
+def test_the_audit_table_reads_in_human_units() -> None:
+    from quota_ledger.cli_output import drift_table
+    from quota_ledger.values import Drift
+
+    drifts = [
+        Drift(partition="default", scope_type="queue", scope="root.a", resource="memory",
+              in_use=2**30, reserved=0, expected_in_use=2**30, expected_reserved=512 * 2**20),
+        Drift(partition="default", scope_type="quota", scope="team/q", resource="requests.cpu",
+              in_use=0, reserved=250, expected_in_use=0, expected_reserved=0, fixed=True),
+        Drift(partition="default", scope_type="user", scope="root", resource="vcore",
+              in_use=1000, reserved=0, expected_in_use=0, expected_reserved=0, name="sue"),
+    ]
+    lines = [line.split() for line in drift_table(drifts).splitlines()]
+    assert lines[0] == ["PARTITION", "TYPE", "SCOPE", "RESOURCE", "IN", "USE/RESERVED", "EXPECTED", "STATUS"]
+    assert lines[1] == ["default", "queue", "root.a", "memory", "1Gi/0", "1Gi/512Mi", "not", "fixed"]
+    assert lines[2] == ["default", "quota", "team/q", "requests.cpu", "0/250m", "0/0", "fixed"]
+    assert lines[3] == ["default", "user", "root", "(sue)", "vcore", "1/0", "0/0", "not", "fixed"]
