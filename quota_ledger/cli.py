@@ -261,21 +261,15 @@ def _config_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _users(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    one, every = engine.user_usage, engine.user_usages
-    return _identities(
-        args,
-        "user",
-        [one(args.name, partition=args.partition)] if args.name else every(partition=args.partition),
-    )
+    if args.name:
+        return _identities(args, "user", [engine.user_usage(args.name, partition=args.partition)])
+    return _identities(args, "user", engine.user_usages(partition=args.partition))
 
 
 def _groups(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    one, every = engine.group_usage, engine.group_usages
-    return _identities(
-        args,
-        "group",
-        [one(args.name, partition=args.partition)] if args.name else every(partition=args.partition),
-    )
+    if args.name:
+        return _identities(args, "group", [engine.group_usage(args.name, partition=args.partition)])
+    return _identities(args, "group", engine.group_usages(partition=args.partition))
 
 
 def _identities(args: argparse.Namespace, kind: str, found: list[dict[str, Any]]) -> int:

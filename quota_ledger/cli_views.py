@@ -25,13 +25,13 @@ def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, 
 
 
 def expire_backlog(engine: QuotaEngine, batch: int, workers: int, rate: float | None) -> int:
-    """One sweep of everything that ran out (what ``expire()`` does), in rounds of one batch
-    per worker so that a bar on a terminal moves; the last call sweeps to the end what ran out
-    meanwhile, as a single ``expire()`` would."""
-    show = cli_progress.wanted()
-    backlog = overview.expired_backlog(engine) if show else None
+    """One sweep of everything that ran out: a single ``expire()`` call for a script; on a
+    terminal, rounds of one batch per worker so that the bar moves, then a last call that
+    sweeps to the end what ran out meanwhile, as the single call would."""
+    if not cli_progress.wanted():
+        return engine.expire(batch_size=batch, workers=workers, max_rate=rate)
     total = 0
-    with cli_progress.bar("expiring reservations", backlog, enabled=show) as progress:
+    with cli_progress.bar("expiring reservations", overview.expired_backlog(engine)) as progress:
         while True:
             expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate, max_batches=workers)
             total += expired
