@@ -5,6 +5,7 @@ from __future__ import annotations
 from quota_ledger.driver import DbQuotaDriver
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import (
+    AmbiguousReservationId,
     ApplicationNotFound,
     ConfigError,
     CounterOverflow,
@@ -20,6 +21,7 @@ from quota_ledger.errors import (
     OverQuota,
     PodMissingResources,
     QuotaLedgerError,
+    ReservationIdTooShort,
     ReservationNotFound,
     ReservationStateError,
     ResourceQuotaNotFound,
@@ -27,10 +29,11 @@ from quota_ledger.errors import (
     UsageUnderflow,
     UserNotFound,
 )
-from quota_ledger.quantity import format_quantity, parse_quantity
+from quota_ledger.quantity import format_human, format_quantity, parse_quantity
 from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
 
 __all__ = [
+    "AmbiguousReservationId",
     "ApplicationNotFound",
     "ConfigError",
     "ConfigProblem",
@@ -51,6 +54,7 @@ __all__ = [
     "QuotaEngine",
     "QuotaLedgerError",
     "Reservation",
+    "ReservationIdTooShort",
     "ReservationNotFound",
     "ReservationState",
     "ReservationStateError",
@@ -60,6 +64,7 @@ __all__ = [
     "UsageUnderflow",
     "UserNotFound",
     "Violation",
+    "format_human",
     "format_quantity",
     "parse_quantity",
 ]
