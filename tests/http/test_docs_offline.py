@@ -4,11 +4,21 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 from http_support import Service
-from test_dashboard import chromium
 
 from quota_ledger.http.docs import ASSET_DIR
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert binary, "Debian's chromium is needed for this test (scripts/test installs it as root)"
+    return subprocess.run(
+        [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
 
 
 def test_docs_references_no_other_host_and_its_assets_load(service: Service) -> None:
