@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from quota_ledger import validation
 from quota_ledger.driver.statements import StoredReservation
 from quota_ledger.errors import IdempotencyConflict, InvalidCommit, InvalidRequest
 from quota_ledger.quantity import format_human
@@ -70,17 +71,11 @@ def ttl_seconds(ttl: object) -> float:
 
 
 def optional_name(value: object, field: str) -> Any:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
-        raise InvalidRequest(f"{field} must be a printable string of 1-255 characters", field=field)
-    return value
+    return validation.optional_name(value, field)
 
 
-def name_list(values: Iterable[str], field: str) -> list[str]:
-    if isinstance(values, str):
-        raise InvalidRequest(f"{field} must be a list of names, not a string", field=field)
-    return [optional_name(v, field) for v in values]
+def name_list(values: object, field: str) -> list[str]:
+    return list(validation.names(values, field))
 
 
 def read_path(source: Any) -> Any:
@@ -94,9 +89,7 @@ def read_path(source: Any) -> Any:
 
 
 def flag(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidRequest(f"{field} must be True or False", field=field)
-    return value
+    return validation.flag(value, field)
 
 
 def sweep_options(batch_size: object, max_batches: object, workers: object, max_rate: object) -> None:

@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from quota_ledger import identity, queues, quota_charging
+from quota_ledger import identity, queues, quota_charging, validation
 from quota_ledger.config import model
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.statements import LedgerTx
-from quota_ledger.errors import ConfigError
+from quota_ledger.errors import ConfigError, InvalidRequest
 from quota_ledger.limits import QUEUE, SUBTREE
 from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.values import ConfigProblem
@@ -29,16 +29,60 @@ Edit = Callable[[Document, Capacity], tuple[Any, Capacity]]
 KubeEdit = Callable[[dict[str, Any]], None]
 
 
-def check(source: Any) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
+def check(
+    source: Any, bounds: validation.Bounds | None = None
+) -> tuple[model.SchedulerConfig, list[ConfigProblem]]:
     """Parse and validate; returns the normalized config and every problem found.
 
     Unknown keys are reported and the rest of the document is still validated, so one typo
-    does not hide the other problems.
+    does not hide the other problems. Too deep a document is refused before it is built.
     """
-    config, problems = model.load_checked(source)
+    if isinstance(source, str | bytes):
+        problem = validation.yaml_problem(source)
+    else:
+        problem = validation.document_problem(source)
+    if problem is not None:
+        return model.SchedulerConfig(), [ConfigProblem(partition="", queue="", limit="", message=problem)]
+    config, loaded = model.load_checked(source)
     if config is None:
-        return model.SchedulerConfig(), problems
-    return model.normalize(config), list(dict.fromkeys([*problems, *validate(config)]))
+        return model.SchedulerConfig(), loaded
+    normalized = model.normalize(config)
+    problems = list(dict.fromkeys([*loaded, *validate(config)]))
+    dumped = model.dump(normalized)
+    if (problem := validation.document_problem(dumped)) is not None:
+        problems.append(ConfigProblem(partition="", queue="", limit="", message=problem))
+    problems += _bound_problems(dumped, bounds or validation.Bounds())
+    return normalized, problems
+
+
+def _bound_problems(document: Mapping[str, Any], bounds: validation.Bounds) -> list[ConfigProblem]:
+    """Limit sets naming too many resources, and partitions naming too many in all."""
+    found = []
+    for partition in document.get("partitions") or []:
+        name = _partition_name(partition.get("name") or "")
+        names: set[str] = set()
+        pending = [("", partition)]  # (queue path, node); the partition holds its own limits
+        while pending:
+            path, node = pending.pop()
+            sets = [("resources.max", (node.get("resources") or {}).get("max"))]
+            sets.append(("resources.guaranteed", (node.get("resources") or {}).get("guaranteed")))
+            limits = node.get("limits") or []
+            sets += [(f"limit {lim.get('limit', '')!r}", lim.get("maxresources")) for lim in limits]
+            for where, resources in sets:
+                if not resources:
+                    continue
+                names.update(resources)
+                try:
+                    bounds.limit_set(resources)
+                except InvalidRequest as error:
+                    found.append(ConfigProblem(partition=name, queue=path, limit=where, message=str(error)))
+            for child in node.get("queues") or []:
+                pending.append((f"{path}.{child.get('name')}" if path else str(child.get("name")), child))
+        try:
+            bounds.partition(names, name)
+        except InvalidRequest as error:
+            found.append(ConfigProblem(partition=name, queue="", limit="", message=str(error)))
+    return found
 
 
 def compile_stored(
@@ -54,13 +98,14 @@ def apply(
     *,
     kube_edit: KubeEdit | None = None,
     compiled: Callable[[Rules], None] | None = None,
+    bounds: validation.Bounds | None = None,
 ) -> int:
     """Apply ``edit(current document, current capacity)`` and ``kube_edit(Kubernetes objects)``
     as the next version; returns it. ``compiled`` gets the new version's rules once committed."""
     version = tx.lock_config_head()
     document, capacity, kube = tx.load_config(version)
     source, new_capacity = (edit or _unchanged)(copy.deepcopy(document), copy.deepcopy(capacity))
-    config, problems = check(source)
+    config, problems = check(source, bounds)
     if problems:
         raise ConfigError(problems)
     kube = copy.deepcopy(kube)

@@ -25,6 +25,7 @@ from quota_ledger import (
     reports,
     resolving,
     tracking,
+    validation,
 )
 from quota_ledger import limits as limit_rules
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
@@ -60,18 +61,50 @@ class QuotaEngine:
     is all-or-nothing: it either applies completely or raises and changes nothing.
     """
 
-    def __init__(self, driver: DbQuotaDriver, *, default_ttl: float = DEFAULT_TTL) -> None:
+    def __init__(
+        self,
+        driver: DbQuotaDriver,
+        *,
+        default_ttl: float = DEFAULT_TTL,
+        max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
+        max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
+        max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
+    ) -> None:
         self.driver = driver
         self.default_ttl = arguments.ttl_seconds(default_ttl)
+        #: how many resources a request, a limit set and a partition may name
+        self.bounds = validation.Bounds(
+            resources_per_request=max_resources_per_request,
+            resources_per_limit_set=max_resources_per_limit_set,
+            resources_per_partition=max_resources_per_partition,
+        )
         self._compiled: Rules | None = None
         driver.identity_creator = self._create_identity_counters
 
     @classmethod
     def from_url(
-        cls, url: str | URL, *, default_ttl: float = DEFAULT_TTL, pool_size: int = 10, echo: bool = False
+        cls,
+        url: str | URL,
+        *,
+        default_ttl: float = DEFAULT_TTL,
+        pool_size: int = 10,
+        echo: bool = False,
+        max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
+        max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
+        max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
     ) -> QuotaEngine:
-        """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs."""
-        return cls(DbQuotaDriver.from_url(url, pool_size=pool_size, echo=echo), default_ttl=default_ttl)
+        """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs.
+
+        ``max_resources_per_*`` bound how many resources one request, one limit set and one
+        partition may name (:class:`TooManyResources` beyond them).
+        """
+        return cls(
+            DbQuotaDriver.from_url(url, pool_size=pool_size, echo=echo),
+            default_ttl=default_ttl,
+            max_resources_per_request=max_resources_per_request,
+            max_resources_per_limit_set=max_resources_per_limit_set,
+            max_resources_per_partition=max_resources_per_partition,
+        )
 
     def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema with Alembic (to ``head`` by default). Safe to call repeatedly."""
@@ -102,8 +135,10 @@ class QuotaEngine:
         Lowering a limit below current usage is allowed: nothing is evicted, new reservations
         are refused until usage drops. Returns the new configuration version.
         """
-        queues.validate_partition(partition)
-        queues.validate_queue(queue)
+        validation.partition(partition)
+        validation.queue(queue)
+        if isinstance(resources, Mapping):
+            self.bounds.limit_set(resources)
         wanted = parse_limits(resources)
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
@@ -123,7 +158,7 @@ class QuotaEngine:
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
-        return configuring.check(arguments.read_path(source))[1]
+        return configuring.check(arguments.read_path(source), self.bounds)[1]
 
     def apply_namespace(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> str:
         """Place a Kubernetes Namespace (dict or YAML, as Kubernetes serves it) on its queue.
@@ -133,8 +168,10 @@ class QuotaEngine:
         ``namespace.max.cpu``/``.max.memory``) and is applied as a new configuration version.
         Returns the queue path.
         """
-        queues.validate_partition(partition)
+        validation.partition(partition)
         found = namespaces.placement(manifest)
+        if found.max is not None:
+            self.bounds.limit_set(found.max, namespaces.QUOTA)
         edit = configuring.set_namespace_max(partition, found.queue, found.max)
 
         def work(tx: LedgerTx) -> str:
@@ -146,8 +183,8 @@ class QuotaEngine:
 
     def namespace_queue(self, namespace: str, *, partition: str = DEFAULT_PARTITION) -> str:
         """The queue a namespace's reservations go to (``root.<namespace>`` if never placed)."""
-        queues.validate_partition(partition)
-        name = arguments.optional_name(namespace, "namespace")
+        validation.partition(partition)
+        name = validation.namespace(namespace)
         found = self.driver.run(lambda tx: tx.namespace_queue(partition, name))
         return found if found is not None else f"root.{name}"
 
@@ -161,7 +198,7 @@ class QuotaEngine:
 
     def limits(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, dict[str, int]]:
         """Every limit in the partition: ``{queue: {resource: limit}}``."""
-        queues.validate_partition(partition)
+        validation.partition(partition)
         rows = self.driver.run(lambda tx: tx.all_limits(partition))
         result: dict[str, dict[str, int]] = {}
         for counter in rows:
@@ -194,21 +231,17 @@ class QuotaEngine:
         requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
         ResourceQuotas in the queue's namespace match on.
         """
-        queues.validate_partition(partition)
-        queues.validate_queue(queue)
-        amounts = parse_resources(resources)
+        validation.partition(partition)
+        validation.queue(queue)
+        amounts = self._bounded(resources, self.bounds.request)
         positive = {res: amount for res, amount in amounts.items() if amount > 0}
         usage, derived = pods.usage_of_resources(positive)
-        for flag, name in (
-            (terminating, "terminating"),
-            (cross_namespace_affinity, "cross_namespace_affinity"),
-        ):
-            if not isinstance(flag, bool):
-                raise InvalidRequest(f"{name} must be True or False", field=name)
+        validation.flag(terminating, "terminating")
+        validation.flag(cross_namespace_affinity, "cross_namespace_affinity")
         if best_effort is not None and not isinstance(best_effort, bool):
             raise InvalidRequest("best_effort must be True, False or None", field="best_effort")
         scopes = pods.PodScopes(
-            priority_class=arguments.optional_name(priority_class, "priority_class"),
+            priority_class=validation.priority_class(priority_class),
             terminating=terminating,
             best_effort=derived.best_effort if best_effort is None else best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
@@ -242,8 +275,9 @@ class QuotaEngine:
         ``yunikorn.apache.org/user.info`` and the application from the ``applicationId`` label.
         ``key`` defaults to the pod's ``metadata.uid``.
         """
-        queues.validate_partition(partition)
+        validation.partition(partition)
         request = pods.parse_pod(pod)
+        self.bounds.request(request.resources, "spec.containers")
         queue = self.namespace_queue(request.namespace, partition=partition)
         return self._reserve(
             queue,
@@ -266,7 +300,7 @@ class QuotaEngine:
         *,
         partition: str,
         user: str | None,
-        groups: Iterable[str],
+        groups: Iterable[str] | None,
         application: str | None,
         ttl: float | timedelta | None,
         key: str | None,
@@ -274,13 +308,13 @@ class QuotaEngine:
         namespace: str,
         missing: Mapping[str, Mapping[str, list[str]]] | None = None,
     ) -> Reservation:
-        group_list = tuple(arguments.name_list(groups, "groups"))
+        group_list = validation.names(groups, "groups")
         identity = {
-            "user": arguments.optional_name(user, "user"),
-            "application": arguments.optional_name(application, "application"),
+            "user": validation.optional_name(user, "user"),
+            "application": validation.optional_name(application, "application"),
             "priority_class": kube["scopes"]["priorityClass"],
         }
-        key = arguments.optional_name(key, "key")
+        key = validation.optional_name(key, "key")
         ttl_seconds = self.default_ttl if ttl is None else arguments.ttl_seconds(ttl)
         scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
         request_hash = arguments.request_hash(partition, queue, positive, group_list, {**identity, **scopes})
@@ -378,6 +412,7 @@ class QuotaEngine:
                     unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
                     if broken := limit_rules.violations(partition, requested, unlocked):
                         raise OverQuota(broken)
+                self.bounds.partition(tx.resource_names(partition) | set(positive), partition)
                 raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
             limits = tx.lock_subtree_counters(partition, chain, requested)
             scoped = charging.lock_for_reserve(tx, rules, app, requested) if app is not None else []
@@ -398,15 +433,16 @@ class QuotaEngine:
 
     def get(self, reservation_id: str) -> Reservation:
         """The reservation with this id, as stored now."""
-        found = self.driver.run(lambda tx: tx.find_reservation(str(reservation_id)))
+        wanted = validation.reservation_id(reservation_id)
+        found = self.driver.run(lambda tx: tx.find_reservation(wanted))
         if found is None:
-            raise ReservationNotFound(str(reservation_id))
+            raise ReservationNotFound(wanted)
         return found.reservation
 
     def get_by_key(self, key: str, *, partition: str = DEFAULT_PARTITION) -> Reservation:
         """The reservation made with this idempotency key."""
-        queues.validate_partition(partition)
-        name = arguments.optional_name(key, "key")
+        validation.partition(partition)
+        name = validation.name(key, "key")
         found = self.driver.run(lambda tx: tx.find_reservation_by_key(partition, name))
         if found is None:
             raise ReservationNotFound(name)
@@ -420,9 +456,10 @@ class QuotaEngine:
         it; a rolled-back or expired one raises :class:`ReservationStateError`, also when its
         expiry time has passed but no sweep has run yet (it is expired on the spot).
         """
-        partial = None if resources is None else parse_resources(resources)
+        validation.reservation_id(reservation_id)
+        partial = None if resources is None else self._bounded(resources, self.bounds.request)
         operation_id = str(uuid.uuid4())
-        if partial is None and isinstance(reservation_id, str) and self.driver.functions:
+        if partial is None and self.driver.functions:
             done = plain.commit(self.driver, reservation_id, operation_id)
             if done is not None:
                 return done
@@ -449,6 +486,7 @@ class QuotaEngine:
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
         rolling back a committed one raises :class:`ReservationStateError`."""
+        validation.reservation_id(reservation_id)
 
         def work(tx: LedgerTx) -> Reservation:
             stored, now = self._lock(tx, reservation_id)
@@ -469,7 +507,7 @@ class QuotaEngine:
         *,
         partition: str = DEFAULT_PARTITION,
         user: str | None = None,
-        groups: Iterable[str] = (),
+        groups: Iterable[str] | None = (),
         application: str | None = None,
         finished: bool = False,
     ) -> None:
@@ -478,15 +516,14 @@ class QuotaEngine:
         Never refused for being over a limit. Releasing more than is in use raises
         :class:`UsageUnderflow` and changes nothing.
         """
-        queues.validate_partition(partition)
-        queues.validate_queue(queue)
-        amounts = {res: amount for res, amount in parse_resources(resources).items() if amount > 0}
-        arguments.optional_name(user, "user")
-        arguments.optional_name(application, "application")
-        arguments.name_list(groups, "groups")
+        validation.partition(partition)
+        validation.queue(queue)
+        amounts = {res: n for res, n in self._bounded(resources, self.bounds.request).items() if n > 0}
+        user = validation.optional_name(user, "user")
+        application = validation.optional_name(application, "application")
+        validation.names(groups, "groups")
+        validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
-        user = arguments.optional_name(user, "user")
-        application = arguments.optional_name(application, "application")
 
         def work(tx: LedgerTx) -> None:
             if tx.attempt and tx.operation_recorded(operation_id):
@@ -504,7 +541,8 @@ class QuotaEngine:
         leaves the ResourceQuotas that count it; ``finished`` ends its application's run. A
         pending reservation is rolled back instead; releasing again returns it unchanged.
         """
-        arguments.flag(finished, "finished")
+        validation.reservation_id(reservation_id)
+        validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
 
         def work(tx: LedgerTx) -> Reservation:
@@ -539,9 +577,9 @@ class QuotaEngine:
     ) -> Reservation:
         """Release the reservation :meth:`reserve_pod` made for this Pod (found by ``key``,
         default its ``metadata.uid``)."""
-        queues.validate_partition(partition)
+        validation.partition(partition)
         request = pods.parse_pod(pod)
-        lookup = arguments.optional_name(key if key is not None else request.uid, "key")
+        lookup = validation.optional_name(key if key is not None else request.uid, "key")
         if lookup is None:
             raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
         return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
@@ -554,8 +592,9 @@ class QuotaEngine:
         usage is computed at once from the live reservations it matches in the namespace's
         queue. Returns its status (``hard`` and ``used`` in Kubernetes quantities).
         """
-        queues.validate_partition(partition)
+        validation.partition(partition)
         quota = kube_quotas.parse(manifest)
+        self.bounds.limit_set(quota.hard, "spec.hard")
         stored = kube_quotas.stored_manifest(quota)
 
         def edit(kube: dict[str, Any]) -> None:
@@ -568,8 +607,8 @@ class QuotaEngine:
     def delete_resource_quota(self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION) -> None:
         """Delete a ResourceQuota; its counters go with it. Unknown quotas raise
         :class:`ResourceQuotaNotFound`."""
-        queues.validate_partition(partition)
-        key = f"{arguments.optional_name(namespace, 'namespace')}/{arguments.optional_name(name, 'name')}"
+        validation.partition(partition)
+        key = f"{validation.namespace(namespace)}/{validation.subdomain(name, 'name')}"
 
         def edit(kube: dict[str, Any]) -> None:
             entries = kube.get(partition, {}).get("quotas", {})
@@ -582,7 +621,7 @@ class QuotaEngine:
     def apply_admission_config(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> None:
         """Set the ResourceQuota admission plugin's configuration (an AdmissionConfiguration
         or a ResourceQuotaConfiguration with ``limitedResources``); ``None`` removes it."""
-        queues.validate_partition(partition)
+        validation.partition(partition)
         parsed = None if manifest is None else kube_admission.parse(manifest)
 
         def edit(kube: dict[str, Any]) -> None:
@@ -596,7 +635,7 @@ class QuotaEngine:
 
     def resource_quotas(self, *, partition: str = DEFAULT_PARTITION) -> list[tuple[str, str]]:
         """(namespace, name) of every ResourceQuota in the partition."""
-        queues.validate_partition(partition)
+        validation.partition(partition)
         rules = self.driver.run(partial(self._partition_rules, partition=partition))
         return sorted((q.namespace, q.name) for qs in rules.quotas.values() for q in qs)
 
@@ -604,8 +643,8 @@ class QuotaEngine:
         self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION
     ) -> dict[str, Any]:
         """``{"hard": {...}, "used": {...}}`` in Kubernetes quantities, from the ledger."""
-        queues.validate_partition(partition)
-        key = f"{arguments.optional_name(namespace, 'namespace')}/{arguments.optional_name(name, 'name')}"
+        validation.partition(partition)
+        key = f"{validation.namespace(namespace)}/{validation.subdomain(name, 'name')}"
 
         def work(tx: LedgerTx) -> dict[str, Any]:
             rules = self._rules(tx).partition(partition)
@@ -674,8 +713,8 @@ class QuotaEngine:
     # -- reading -----------------------------------------------------------------------------
     def usage(self, queue: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Usage]:
         """Usage of ``queue``'s whole subtree per resource, with the queue's own limit."""
-        queues.validate_partition(partition)
-        queues.validate_queue(queue)
+        validation.partition(partition)
+        validation.queue(queue)
         rows = self.driver.run(lambda tx: tx.usage_rows(partition, queue))
         limits = {c.resource: c for c in rows if c.scope_type == SUBTREE}
         totals: dict[str, tuple[int, int]] = {}
@@ -696,7 +735,7 @@ class QuotaEngine:
     # -- users, groups and applications -----------------------------------------------------
     def user_usage(self, user: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """The user's usage tree in YuniKorn's ``UserResourceUsageDAOInfo`` shape."""
-        name = arguments.optional_name(user, "user")
+        name = validation.name(user, "user")
         report = self._report(
             partition, lambda rules, apps: reports.user_report(rules, name, apps), "user", name
         )
@@ -706,7 +745,7 @@ class QuotaEngine:
 
     def group_usage(self, group: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """The group's usage tree in YuniKorn's ``GroupResourceUsageDAOInfo`` shape."""
-        name = arguments.optional_name(group, "group")
+        name = validation.name(group, "group")
         report = self._report(
             partition, lambda rules, apps: reports.group_report(rules, name, apps), "group", name
         )
@@ -736,8 +775,8 @@ class QuotaEngine:
         """The usage summary of the application's last finished run (also logged on one line
         as ``QUOTA_APP_SUMMARY: {...}``): resource x seconds, with submission, start and finish
         times in epoch milliseconds, user and queue."""
-        queues.validate_partition(partition)
-        name = arguments.optional_name(application, "application")
+        validation.partition(partition)
+        name = validation.name(application, "application")
         found = self.driver.run(lambda tx: tx.latest_summary(partition, name))
         if found is None:
             raise ApplicationNotFound(name)
@@ -750,7 +789,7 @@ class QuotaEngine:
         kind: str | None,
         name: str | None,
     ) -> T:
-        queues.validate_partition(partition)
+        validation.partition(partition)
 
         def work(tx: LedgerTx) -> T:
             rules = self._rules(tx).partition(partition)
@@ -766,7 +805,9 @@ class QuotaEngine:
         reservation items (for ``reserved``). With ``fix=True`` each partition is repaired
         under its exclusive lock and the drifts come back with ``fixed=True``.
         """
-        names = [queues.validate_partition(partition)] if partition else self.driver.partitions()
+        validation.flag(fix, "fix")
+        wanted = validation.optional_partition(partition)
+        names = [wanted] if wanted is not None else self.driver.partitions()
         drifts: list[Drift] = []
         for name in names:
             if fix:
@@ -785,16 +826,22 @@ class QuotaEngine:
 
     # -- internals ---------------------------------------------------------------------------
     @staticmethod
+    def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:
+        """Parse a resource mapping once its size is within ``bound`` (counted before parsing)."""
+        if not isinstance(resources, Mapping):
+            raise InvalidRequest("resources must map resource names to quantities", field="resources")
+        bound(resources)
+        return parse_resources(resources)
+
+    @staticmethod
     def _lock(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:
-        if not isinstance(reservation_id, str):
-            raise InvalidRequest("reservation id must be a string", field="id")
         found = tx.lock_reservation(reservation_id)
         if found is None:
             raise ReservationNotFound(reservation_id)
         return found
 
     def _apply(self, tx: LedgerTx, edit: configuring.Edit | None = None, **kw: Any) -> int:
-        return configuring.apply(tx, edit, compiled=self._remember, **kw)
+        return configuring.apply(tx, edit, compiled=self._remember, bounds=self.bounds, **kw)
 
     def _remember(self, rules: Rules) -> None:
         """Keep the newest compiled configuration (plain reservations are checked against it)."""

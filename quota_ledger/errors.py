@@ -223,3 +223,14 @@ class ResourceQuotaNotFound(NotFound):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"resourcequota {key} not found")
+
+
+class TooManyResources(InvalidRequest):
+    """The request names more resources than the ledger is configured to take; nothing was changed."""
+
+    def __init__(self, where: str, count: int, maximum: int, *, field: str = "resources") -> None:
+        #: ``request``, ``limit set`` or ``partition '<name>'``
+        self.where = where
+        self.count = count
+        self.maximum = maximum
+        super().__init__(f"a {where} may name at most {maximum} resources, not {count}", field=field)

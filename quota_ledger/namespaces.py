@@ -10,14 +10,11 @@ deprecated ``namespace.max.cpu`` / ``namespace.max.memory``. Pure: parsing only.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from quota_ledger import queues
+from quota_ledger import queues, validation
 from quota_ledger.errors import InvalidRequest
 from quota_ledger.quantity import parse_quantity, validate_resource_name
 
@@ -25,7 +22,6 @@ PARENT = "yunikorn.apache.org/parentqueue"
 QUOTA = "yunikorn.apache.org/namespace.quota"
 MAX_CPU = "yunikorn.apache.org/namespace.max.cpu"
 MAX_MEMORY = "yunikorn.apache.org/namespace.max.memory"
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +39,7 @@ def placement(manifest: Any) -> Placement:
     metadata = doc.get("metadata")
     if not isinstance(metadata, Mapping):
         raise InvalidRequest("a Namespace needs metadata", field="metadata")
-    name = metadata.get("name")
-    if not isinstance(name, str) or len(name) > 63 or not _LABEL.fullmatch(name):
-        raise InvalidRequest(f"invalid namespace name {name!r}", field="metadata.name")
+    name = validation.namespace(metadata.get("name"), "metadata.name")
     annotations = metadata.get("annotations") or {}
     if not isinstance(annotations, Mapping) or not all(isinstance(v, str) for v in annotations.values()):
         raise InvalidRequest("annotations must map names to strings", field="metadata.annotations")
@@ -82,11 +76,7 @@ def _resource(name: str) -> str:
 
 
 def _document(manifest: Any) -> Mapping[str, Any]:
-    if isinstance(manifest, str | bytes):
-        try:
-            manifest = yaml.safe_load(manifest)
-        except yaml.YAMLError as error:
-            raise InvalidRequest(f"not a YAML or JSON document: {error}", field="manifest") from error
+    manifest = validation.manifest(manifest, "manifest")
     if not isinstance(manifest, Mapping):
         raise InvalidRequest("a Namespace manifest must be a mapping", field="manifest")
     return manifest

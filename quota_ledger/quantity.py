@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from fractions import Fraction
 
+from quota_ledger import validation
 from quota_ledger.errors import InvalidQuantity, InvalidRequest
 
 MAX_QUANTITY = 2**63 - 1
@@ -41,7 +42,6 @@ _DECIMAL = {
 }
 _NUMBER = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)", re.ASCII | re.DOTALL)
 _EXPONENT = re.compile(r"[eE]([+-]?\d+)", re.ASCII)
-_RESOURCE_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?", re.ASCII)
 #: longer texts are refused outright: no real quantity needs them, and they would cost time
 MAX_TEXT_LENGTH = 128
 #: |decimal exponent| beyond which parse_fraction refuses to build the exact value
@@ -133,13 +133,7 @@ def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -
 
 def validate_resource_name(resource: object) -> str:
     """Return ``resource`` if it is a valid resource name, else raise :class:`InvalidRequest`."""
-    if not isinstance(resource, str) or len(resource) > 253 or not _RESOURCE_NAME.fullmatch(resource):
-        raise InvalidRequest(
-            f"invalid resource name {resource!r}: use letters, digits, '-', '_', '.', '/' "
-            "(at most 253, starting and ending with a letter or digit)",
-            field=str(resource),
-        )
-    return resource
+    return validation.resource(resource)
 
 
 def parse_resources(resources: Mapping[str, object]) -> dict[str, int]:

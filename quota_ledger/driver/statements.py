@@ -282,6 +282,9 @@ _ALL_COUNTERS = (
     .where(_U.partition == bindparam("p"))
     .order_by(_U.scope_type, _U.scope, _U.resource)
 )
+# resource_names: the distinct resources a partition's counters name; no lock (a bound, read
+# when a reservation is about to create counters).
+_RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
 # -- audit (no locks; read in one snapshot or under the exclusive partition lock) -------------
 _JOURNAL_SUMS = (
     select(_J.queue, _J.resource, func.sum(_J.delta).label("total"))
@@ -593,6 +596,10 @@ class LedgerTx(TrackingStatements):
 
     def all_counters(self, partition: str) -> list[Counter]:
         return [_counter(row) for row in self.conn.execute(_ALL_COUNTERS, {"p": partition})]
+
+    def resource_names(self, partition: str) -> set[str]:
+        """The distinct resource names the partition's counters name."""
+        return {row.resource for row in self.conn.execute(_RESOURCE_NAMES, {"p": partition})}
 
     # -- audit -----------------------------------------------------------------------------
     def journal_sums(self, partition: str) -> dict[tuple[str, str], int]:

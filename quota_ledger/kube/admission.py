@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from quota_ledger import validation
 from quota_ledger.errors import InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import Requirement, ResourceQuota, parse_requirements
@@ -39,19 +38,23 @@ class AdmissionConfig:
 def parse(manifest: Any) -> AdmissionConfig:
     """An ``AdmissionConfiguration`` (with a ``ResourceQuota`` plugin) or a bare
     ``ResourceQuotaConfiguration``."""
-    doc = manifest
-    if isinstance(doc, str | bytes):
-        try:
-            doc = yaml.safe_load(doc)
-        except yaml.YAMLError as error:
-            raise InvalidRequest(f"not a YAML or JSON document: {error}", field="admission") from error
+    doc = validation.manifest(manifest, "admission")
     if not isinstance(doc, Mapping):
         raise InvalidRequest("an admission configuration must be a mapping", field="admission")
     config: Mapping[str, Any] = doc
     where = ""
     if doc.get("kind") == "AdmissionConfiguration":
-        plugins = doc.get("plugins") or []
-        found = [p for p in plugins if isinstance(p, Mapping) and p.get("name") == "ResourceQuota"]
+        plugins = doc.get("plugins", [])
+        if not isinstance(plugins, list):
+            raise InvalidResourceQuota([("plugins", "must be a list of plugins")])
+        bad = [
+            i
+            for i, p in enumerate(plugins)
+            if not isinstance(p, Mapping) or not isinstance(p.get("name"), str)
+        ]
+        if bad:
+            raise InvalidResourceQuota([(f"plugins[{bad[0]}]", "must be a mapping with a name")])
+        found = [p for p in plugins if p.get("name") == "ResourceQuota"]
         if not found:
             return AdmissionConfig((), doc)  # no ResourceQuota plugin: nothing is limited
         config = found[0].get("configuration") or {}

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from quota_ledger import validation
 from quota_ledger.errors import InvalidRequest
 from quota_ledger.quantity import parse_quantity, validate_resource_name
 
@@ -78,11 +77,7 @@ class PodRequest:
 
 
 def load(manifest: Any) -> Mapping[str, Any]:
-    if isinstance(manifest, str | bytes):
-        try:
-            manifest = yaml.safe_load(manifest)
-        except yaml.YAMLError as error:
-            raise InvalidRequest(f"not a YAML or JSON document: {error}", field="pod") from error
+    manifest = validation.manifest(manifest, "pod")
     if not isinstance(manifest, Mapping):
         raise InvalidRequest("a Pod manifest must be a mapping", field="pod")
     return manifest
@@ -94,10 +89,10 @@ def parse_pod(manifest: Any) -> PodRequest:
         raise InvalidRequest(f"expected a Pod, not {pod.get('kind')!r}", field="kind")
     meta = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
-    namespace = meta.get("namespace") or "default"
+    namespace = validation.namespace(meta.get("namespace") or "default", "metadata.namespace")
     name = meta.get("name") or meta.get("generateName") or ""
-    if not isinstance(namespace, str) or not isinstance(name, str):
-        raise InvalidRequest("metadata.name and metadata.namespace must be strings", field="metadata")
+    if not isinstance(name, str) or (name and not validation.is_subdomain(name.rstrip("-"))):
+        validation.subdomain(name, "metadata.name")
     containers = _containers(spec.get("containers"), "spec.containers", required=True)
     inits = _containers(spec.get("initContainers"), "spec.initContainers", required=False)
     overhead = _quantities(spec.get("overhead") or {}, "spec.overhead")
@@ -116,7 +111,9 @@ def parse_pod(manifest: Any) -> PodRequest:
     )
     deadline = spec.get("activeDeadlineSeconds")
     scopes = PodScopes(
-        priority_class=spec.get("priorityClassName") or None,
+        priority_class=validation.priority_class(
+            spec.get("priorityClassName") or None, "spec.priorityClassName"
+        ),
         terminating=isinstance(deadline, int) and not isinstance(deadline, bool) and deadline >= 0,
         best_effort=best_effort,
         cross_namespace_affinity=_cross_namespace(spec.get("affinity")),
@@ -254,10 +251,7 @@ def _user_info(meta: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
     raw = annotations.get(USER_INFO) if isinstance(annotations, Mapping) else None
     if raw is None:
         return None, ()
-    try:
-        info = yaml.safe_load(raw) if isinstance(raw, str) else None
-    except yaml.YAMLError as error:
-        raise InvalidRequest(f"{USER_INFO} is not JSON: {error}", field=USER_INFO) from error
+    info = validation.load_yaml(raw, USER_INFO) if isinstance(raw, str) else None
     if not isinstance(info, Mapping) or not isinstance(info.get("user"), str):
         raise InvalidRequest(f'{USER_INFO} must be {{"user": ..., "groups": [...]}}', field=USER_INFO)
     groups = info.get("groups") or []

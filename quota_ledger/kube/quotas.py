@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from quota_ledger import validation
 from quota_ledger.errors import InvalidQuantity, InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.quantity import KUBE_CPU_NAMES, MAX_QUANTITY, format_quantity, parse_fraction
@@ -55,7 +54,6 @@ _POD_NAMES = frozenset(
     {"pods", "count/pods", "cpu", "memory", "ephemeral-storage", "limits.cpu", "limits.memory",
      "limits.ephemeral-storage"}
 )  # fmt: skip
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
@@ -139,7 +137,7 @@ def parse(manifest: Any) -> ResourceQuota:
     for value, where in ((name, "metadata.name"), (namespace, "metadata.namespace")):
         if not isinstance(value, str) or not value:
             errors.append((where, "Required value"))
-        elif len(value) > 253 or not _NAME.fullmatch(value):
+        elif not validation.is_subdomain(value):
             errors.append((where, f"Invalid value: {value!r}: a lowercase RFC 1123 subdomain"))
     spec: Mapping[str, Any] = doc["spec"] if isinstance(doc.get("spec"), Mapping) else {}
     hard = _hard(spec.get("hard") or {}, errors)
@@ -296,11 +294,7 @@ def _extended(resource: str) -> bool:
 
 
 def _document(manifest: Any, kind: str) -> Mapping[str, Any]:
-    if isinstance(manifest, str | bytes):
-        try:
-            manifest = yaml.safe_load(manifest)
-        except yaml.YAMLError as error:
-            raise InvalidRequest(f"not a YAML or JSON document: {error}", field=kind) from error
+    manifest = validation.manifest(manifest, kind)
     if not isinstance(manifest, Mapping):
         raise InvalidRequest(f"a {kind} manifest must be a mapping", field=kind)
     if manifest.get("kind", kind) != kind:
