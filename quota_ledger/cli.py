@@ -60,7 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The service client has the engine's methods and raises the engine's errors.
         engine = cast(QuotaEngine, RemoteEngine(url, args.token or os.environ.get("QUOTA_LEDGER_TOKEN")))
     else:
-        engine = QuotaEngine.from_url(settings.db, default_ttl=settings.default_ttl)
+        engine = QuotaEngine.from_url(
+            settings.db,
+            default_ttl=settings.default_ttl,
+            max_resources_per_request=settings.max_resources_per_request,
+            max_resources_per_limit_set=settings.max_resources_per_limit_set,
+            max_resources_per_partition=settings.max_resources_per_partition,
+        )
     try:
         handler: Callable[[QuotaEngine, argparse.Namespace, Settings], int] = args.handler
         return handler(engine, args, settings)

@@ -78,13 +78,14 @@ class CounterOverflow(QuotaLedgerError):
 class IdempotencyConflict(QuotaLedgerError):
     """The idempotency key was already used for a different request."""
 
-    def __init__(self, partition: str, key: str, reservation_id: str) -> None:
+    def __init__(self, partition: str, key: str, reservation_id: str | None) -> None:
         self.partition = partition
         self.key = key
+        #: None when the caller may not learn which reservation holds the key
         self.reservation_id = reservation_id
+        owner = "another reservation" if reservation_id is None else f"reservation {reservation_id}"
         super().__init__(
-            f"key {key!r} in partition {partition!r} already belongs to reservation "
-            f"{reservation_id} with a different request"
+            f"key {key!r} in partition {partition!r} already belongs to {owner} with a different request"
         )
 
 

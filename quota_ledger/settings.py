@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quota_ledger import validation
+
 DEFAULT_DB = "sqlite:///quota-ledger.db"
 
 
@@ -33,6 +35,21 @@ class Settings(BaseSettings):
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
     workers: int = Field(1, ge=1, le=64, description="worker processes of the HTTP service")
+    max_resources_per_request: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
+        ge=1,
+        description="resources one reserve, commit or release may name",
+    )
+    max_resources_per_limit_set: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
+        ge=1,
+        description="resources one limit set (a queue's max, a user or group limit, a quota's hard) may name",
+    )
+    max_resources_per_partition: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
+        ge=1,
+        description="distinct resources the counters and limits of one partition may name",
+    )
     access_log: Literal["text", "json", "off"] = Field(
         "text", description="the service's access log: a text line or a JSON object a request, or none"
     )

@@ -228,7 +228,7 @@ def resource(value: object) -> str:
         raise InvalidRequest(
             f"invalid resource name {_shown(value)}: use letters, digits, '-', '_', '.', '/' "
             "(at most 253, starting and ending with a letter or digit)",
-            field=value if isinstance(value, str) and clean(value) and len(value) <= 253 else "resources",
+            field=value if isinstance(value, str) and clean(value) else "resources",
         )
     return value
 

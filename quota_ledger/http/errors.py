@@ -6,6 +6,7 @@ Nothing else leaves the service: no stack traces, no SQL.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any
 
@@ -37,6 +38,14 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.SchemaNotReady, 503, "schema_not_ready"),
 )
 RETRY_AFTER_SECONDS = "1"
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON in ASCII: a message may quote what the caller sent, lone surrogates included, and
+    those cannot be encoded as UTF-8."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
 def body(code: str, message: str, **details: Any) -> dict[str, Any]:
@@ -76,7 +85,7 @@ def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
     status, code = status_of(error)
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
     message = str(error) if status != 500 else "internal error"
-    return JSONResponse(body(code, message, **_details(error)), status_code=status, headers=headers)
+    return SafeJSONResponse(body(code, message, **_details(error)), status_code=status, headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -91,7 +100,7 @@ def install(app: FastAPI) -> None:
             for e in error.errors()
         ]
         field = problems[0]["field"] if problems else None
-        return JSONResponse(
+        return SafeJSONResponse(
             body("invalid_request", "the request is malformed", field=field, problems=problems),
             status_code=422,
         )
@@ -106,7 +115,7 @@ def install(app: FastAPI) -> None:
             413: "too_large",
             415: "unsupported_media_type",
         }.get(error.status_code, "http_error")
-        return JSONResponse(
+        return SafeJSONResponse(
             body(code, str(error.detail)),
             status_code=error.status_code,
             headers=getattr(error, "headers", None),
@@ -115,4 +124,4 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
         log.exception("unexpected error")
-        return JSONResponse(body("internal", "internal error"), status_code=500)
+        return SafeJSONResponse(body("internal", "internal error"), status_code=500)

@@ -1,18 +1,39 @@
-"""Request and response bodies of the HTTP API (pydantic): the OpenAPI document is built from them."""
+"""Request and response bodies of the HTTP API (pydantic): the OpenAPI document is built from them.
+
+Request fields the Python API also takes are passed through as sent and checked by the engine
+(:mod:`quota_ledger.validation`), so that both refuse the same values with the same error; their
+types here only describe them in the OpenAPI document.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from quota_ledger import history
+from quota_ledger.validation import MAX_GROUPS, MAX_NAME_LENGTH
 from quota_ledger.values import Reservation, Usage
 
-Quantity = str | int
-NAME = r"^[^\x00-\x1f\x7f]{1,255}$"
+_NULL = {"type": "null"}
+#: a quantity string (``"250m"``, ``"4Gi"``) or an integer; floats and booleans are refused
+Quantity = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}]})]
+LimitQuantity = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}, _NULL]})]
+Name = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "maxLength": MAX_NAME_LENGTH}, _NULL]})]
+Names = Annotated[
+    Any,
+    WithJsonSchema(
+        {"anyOf": [{"type": "array", "items": {"type": "string"}, "maxItems": MAX_GROUPS}, _NULL]}
+    ),
+]
+Flag = Annotated[Any, WithJsonSchema({"type": "boolean"})]
+OptionalFlag = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "boolean"}, _NULL]})]
+Seconds = Annotated[
+    Any,
+    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 7 * 24 * 3600}, _NULL]}),
+]
 
 
 class _Strict(BaseModel):
@@ -25,15 +46,15 @@ class ReserveBody(_Strict):
     queue: str | None = Field(None, max_length=255, examples=["root.project-a"])
     resources: dict[str, Quantity] = Field(default_factory=dict, examples=[{"fpga": 2, "memory": "4Gi"}])
     partition: str = Field("default", max_length=64)
-    user: str | None = Field(None, pattern=NAME)
-    groups: list[str] = Field(default_factory=list, max_length=256)
-    application: str | None = Field(None, pattern=NAME)
-    priority_class: str | None = Field(None, pattern=NAME)
-    terminating: bool = False
-    best_effort: bool | None = None
-    cross_namespace_affinity: bool = False
-    ttl: float | None = Field(None, gt=0, le=7 * 24 * 3600)
-    key: str | None = Field(None, pattern=NAME)
+    user: Name = None
+    groups: Names = None
+    application: Name = None
+    priority_class: Name = None
+    terminating: Flag = False
+    best_effort: OptionalFlag = None
+    cross_namespace_affinity: Flag = False
+    ttl: Seconds = None
+    key: Name = None
     pod: dict[str, Any] | None = None
 
 
@@ -45,18 +66,18 @@ class ReleaseBody(_Strict):
     queue: str = Field(..., max_length=255)
     resources: dict[str, Quantity]
     partition: str = Field("default", max_length=64)
-    user: str | None = Field(None, pattern=NAME)
-    groups: list[str] = Field(default_factory=list, max_length=256)
-    application: str | None = Field(None, pattern=NAME)
-    finished: bool = False
+    user: Name = None
+    groups: Names = None
+    application: Name = None
+    finished: Flag = False
 
 
 class ReleaseReservationBody(_Strict):
-    finished: bool = False
+    finished: Flag = False
 
 
 class LimitsBody(_Strict):
-    resources: dict[str, Quantity | None]
+    resources: dict[str, LimitQuantity]
     partition: str = Field("default", max_length=64)
 
 

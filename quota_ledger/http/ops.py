@@ -55,7 +55,10 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
 
     @router.get("/metrics", response_class=Response, responses=guarded)
     def prometheus(token: Annotated[Token, reader]) -> Response:
-        """Prometheus text format."""
+        """Prometheus text format; only for tokens restricted to no partition or queue (the
+        metrics cover every partition)."""
+        if token.partition is not None or token.queue is not None:
+            raise HTTPException(403, "the metrics cover every partition: they need an unrestricted token")
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @router.post("/v1/audit", response_model=list[models.DriftOut], responses=guarded)

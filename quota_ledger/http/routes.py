@@ -6,13 +6,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from quota_ledger import history, overview, queues, short_ids
+from quota_ledger import history, overview, queues, short_ids, validation
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.errors import IdempotencyConflict, ReservationNotFound
 from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
 from quota_ledger.tokens import Token
+from quota_ledger.values import Reservation
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": models.ErrorOut, "description": text}
@@ -42,7 +44,18 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
     ) -> models.ReservationOut:
         """Reserve resources in a queue (all or nothing), or what a Kubernetes Pod needs."""
-        key = body.key or idempotency_key
+        key = body.key if body.key is not None else idempotency_key
+        try:
+            return _reserve(body, token, key)
+        except IdempotencyConflict as conflict:
+            # The key may belong to a reservation outside the token's scope: do not name it.
+            if conflict.reservation_id is not None and not _visible(
+                token, engine.get(conflict.reservation_id)
+            ):
+                raise IdempotencyConflict(conflict.partition, conflict.key, None) from None
+            raise
+
+    def _reserve(body: models.ReserveBody, token: Token, key: Any) -> models.ReservationOut:
         with metrics.observe("reserve"):
             if body.pod is not None:
                 namespace = pods.parse_pod(body.pod).namespace
@@ -71,10 +84,12 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         return models.ReservationOut.of(made)
 
     def owned(reservation_id: str, token: Token) -> None:
+        """A reservation outside a restricted token's scope is not found, as if it did not exist:
+        the token learns nothing about it (not even that it exists)."""
         if token.partition is None and token.queue is None:
             return  # an unrestricted token: no need to read the reservation first
-        found = engine.get(reservation_id)
-        check_scope(token, found.partition, found.queue)
+        if not _visible(token, engine.get(reservation_id)):
+            raise ReservationNotFound(reservation_id)
 
     @router.get("/reservations", response_model=models.ReservationOut, tags=["ledger"])
     def find_reservation(
@@ -84,7 +99,8 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     ) -> models.ReservationOut:
         """The reservation made with this idempotency key (a pod's uid for ``reserve_pod``)."""
         found = engine.get_by_key(key, partition=partition)
-        check_scope(token, found.partition, found.queue)
+        if not _visible(token, found):
+            raise ReservationNotFound(key)  # the same answer as for a key never used
         return models.ReservationOut.of(found)
 
     @router.get("/reservation-ids", response_model=list[str], tags=["ledger"])
@@ -106,7 +122,8 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
     def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
         found = engine.get(reservation_id)
-        check_scope(token, found.partition, found.queue)
+        if not _visible(token, found):
+            raise ReservationNotFound(reservation_id)
         return models.ReservationOut.of(found)
 
     @router.post(
@@ -142,7 +159,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         """Release everything a committed reservation holds (its pod is gone)."""
         owned(reservation_id, token)
         with metrics.observe("release_reservation"):
-            done = engine.release_reservation(reservation_id, finished=bool(body and body.finished))
+            done = engine.release_reservation(reservation_id, finished=body.finished if body else False)
         return models.ReservationOut.of(done)
 
     @router.post("/releases", status_code=204, tags=["ledger"])
@@ -348,6 +365,10 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     return router
 
 
+def _visible(token: Token, reservation: Reservation) -> bool:
+    return token.covers(reservation.partition, reservation.queue)
+
+
 async def _config_source(request: Request) -> Any:
     raw = await request.body()
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -356,6 +377,8 @@ async def _config_source(request: Request) -> Any:
             return json.loads(raw or b"null")
         except ValueError as error:
             raise HTTPException(422, f"body is not JSON: {error}") from error
+        except RecursionError:
+            raise HTTPException(422, f"body nests deeper than {validation.MAX_DEPTH} levels") from None
     if kind in ("application/yaml", "application/x-yaml", "text/yaml", "text/plain"):
         try:
             return raw.decode("utf-8")
