@@ -6,7 +6,6 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from quota_ledger.errors import IdempotencyConflict, InvalidCommit, InvalidReque
 from quota_ledger.quantity import format_human
 from quota_ledger.values import Reservation
 
-MAX_TTL = 7 * 24 * 3600.0
+MAX_TTL = validation.MAX_TTL
 
 
 def commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:
@@ -59,15 +58,7 @@ def request_hash(
 
 
 def ttl_seconds(ttl: object) -> float:
-    if isinstance(ttl, timedelta):
-        seconds = ttl.total_seconds()
-    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-        seconds = float(ttl)
-    else:
-        raise InvalidRequest(f"ttl must be seconds or a timedelta, not {ttl!r}", field="ttl")
-    if not 0 < seconds <= MAX_TTL:
-        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
-    return seconds
+    return validation.ttl(ttl)
 
 
 def optional_name(value: object, field: str) -> Any:
@@ -104,7 +95,7 @@ def sweep_options(batch_size: object, max_batches: object, workers: object, max_
     if max_rate is not None and (
         isinstance(max_rate, bool)
         or not isinstance(max_rate, int | float)
-        or not math.isfinite(max_rate)
+        or (isinstance(max_rate, float) and not math.isfinite(max_rate))
         or max_rate <= 0
     ):
         raise InvalidRequest("max_rate must be a positive number of rows per second", field="max_rate")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sized
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeGuard
 
 import yaml
@@ -38,6 +39,8 @@ MAX_NAME_LENGTH = 255
 MAX_PATH_LENGTH = 255
 #: most groups one request may name
 MAX_GROUPS = 256
+#: longest a reservation may live, in seconds
+MAX_TTL = 7 * 24 * 3600.0
 #: deepest nesting of a document (manifest, configuration, JSON body)
 MAX_DEPTH = 64
 #: most values a document may hold once YAML aliases are expanded (a 1 MiB body holds fewer)
@@ -150,6 +153,21 @@ def flag(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{field} must be True or False", field=field)
     return value
+
+
+def ttl(value: object) -> float:
+    """A time to live: seconds (int or float, not bool) or a timedelta, > 0 and at most a week."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int) and not isinstance(value, bool):
+        seconds = float(max(-1, min(value, 2 * int(MAX_TTL))))  # huge ints do not fit a float
+    elif isinstance(value, float):
+        seconds = value
+    else:
+        raise InvalidRequest(f"ttl must be seconds or a timedelta, not {_shown(value)}", field="ttl")
+    if not 0 < seconds <= MAX_TTL:  # NaN fails both
+        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
+    return seconds
 
 
 # -- YuniKorn names -------------------------------------------------------------------------------
