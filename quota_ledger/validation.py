@@ -253,7 +253,23 @@ def resource(value: object) -> str:
 
 # -- documents ------------------------------------------------------------------------------------
 def document_problem(value: object, max_depth: int = MAX_DEPTH) -> str | None:
-    """Why a parsed document (dicts, lists, scalars) cannot be taken, or None.
+    """Why a parsed document (dicts, lists, scalars) cannot be taken, or None."""
+    found = _document_issue(value, max_depth)
+    return None if found is None else found[1]
+
+
+def document(value: object, field: str, max_depth: int = MAX_DEPTH) -> Any:
+    """Return ``value`` if :func:`document_problem` finds nothing, else raise InvalidRequest
+    naming the field that holds a NUL byte or a lone surrogate (or ``field`` itself)."""
+    found = _document_issue(value, max_depth)
+    if found is not None:
+        where, problem = found
+        raise InvalidRequest(problem, field=where or field)
+    return value
+
+
+def _document_issue(value: object, max_depth: int) -> tuple[str, str] | None:
+    """(field path or "", why) of the first thing a document may not hold.
 
     Walks without recursion, so any nesting is measured safely; a value shared by YAML aliases
     is counted each time it is reached, so an exponential expansion is refused too.
@@ -264,28 +280,24 @@ def document_problem(value: object, max_depth: int = MAX_DEPTH) -> str | None:
         item, depth, where = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            return f"the document holds more than {MAX_NODES} values"
+            return "", f"the document holds more than {MAX_NODES} values"
         if isinstance(item, Mapping | list | tuple):
             if depth > max_depth:
-                return f"{where or 'the document'} nests deeper than {max_depth} levels"
+                return "", f"the document nests deeper than {max_depth} levels"
             if isinstance(item, Mapping):
                 for key, child in item.items():
                     if isinstance(key, str) and not clean(key):
-                        return f"{where or 'the document'} has a key with a NUL byte or a lone surrogate"
-                    stack.append((child, depth + 1, f"{where}.{_shown(key)}" if where else _shown(key)))
+                        return (
+                            where,
+                            f"{where or 'the document'} has a key with a NUL byte or a lone surrogate",
+                        )
+                    step = key if isinstance(key, str) else _shown(key)
+                    stack.append((child, depth + 1, f"{where}.{step}" if where else step))
             else:
                 stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
         elif isinstance(item, str) and not clean(item):
-            return f"{where or 'the document'} holds a NUL byte or a lone surrogate"
+            return where, f"{where or 'the document'} holds a NUL byte or a lone surrogate"
     return None
-
-
-def document(value: object, field: str, max_depth: int = MAX_DEPTH) -> Any:
-    """Return ``value`` if :func:`document_problem` finds nothing, else raise InvalidRequest."""
-    problem = document_problem(value, max_depth)
-    if problem is not None:
-        raise InvalidRequest(problem, field=field)
-    return value
 
 
 def yaml_problem(text: str | bytes, max_depth: int = MAX_DEPTH) -> str | None:

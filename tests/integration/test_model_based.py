@@ -97,9 +97,7 @@ class LedgerModel:
 
     def subtree_usage(self, scope: str, resource: str) -> tuple[int, int]:
         in_use = sum(v for (q, r), v in self.in_use.items() if r == resource and in_subtree(q, scope))
-        reserved = sum(
-            r.resources.get(resource, 0) for r in self.pending() if in_subtree(r.queue, scope)
-        )
+        reserved = sum(r.resources.get(resource, 0) for r in self.pending() if in_subtree(r.queue, scope))
         return in_use, reserved
 
     def usage(self, scope: str) -> dict[str, UsageKey]:
