@@ -33,6 +33,7 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.InvalidResourceQuota, 422, "invalid_resource_quota"),
     (errors.InvalidQuantity, 422, "invalid_quantity"),
     (errors.PodMissingResources, 422, "pod_missing_resources"),
+    (errors.TooManyResources, 422, "too_many_resources"),
     (errors.InvalidRequest, 422, "invalid_request"),
     (errors.DatabaseUnavailable, 503, "database_unavailable"),
     (errors.SchemaNotReady, 503, "schema_not_ready"),

@@ -21,8 +21,12 @@ EXAMPLES_PER_OPERATION = 25
 def test_no_operation_ever_answers_a_server_error(service: Service) -> None:
     headers = {"Authorization": f"Bearer {service.tokens['admin']}"}
     schema = schemathesis.openapi.from_url(f"{service.base}/openapi.json", headers=headers)
-    checks = [schemathesis.checks.not_a_server_error, status_code_conformance, content_type_conformance,
-              response_schema_conformance]
+    checks = [
+        schemathesis.checks.not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
     failures: list[str] = []
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 20

@@ -43,27 +43,18 @@ def refused(
     return info.value
 
 
-@pytest.mark.parametrize("bad", HOSTILE_NAMES)
-def test_nul_bytes_and_lone_surrogates_in_reservation_ids_are_invalid_requests(
-    engine: QuotaEngine, bad: str
-) -> None:
-    for call in (engine.get, engine.commit, engine.rollback, engine.release_reservation):
-        error = refused(engine, lambda call=call: call(bad))
-        assert error.field == "id"
+def test_nul_bytes_and_lone_surrogates_are_invalid_requests(engine: QuotaEngine) -> None:
+    for bad in HOSTILE_NAMES:
+        for call in (engine.get, engine.commit, engine.rollback, engine.release_reservation):
+            assert refused(engine, lambda c=call, b=bad: c(b)).field == "id"
+        for field in ("key", "user", "application", "groups", "priority_class"):
+            value: Any = [bad] if field == "groups" else bad
+            error = refused(engine, lambda f=field, v=value: engine.reserve("root.a", {"vcore": 1}, **{f: v}))
+            assert error.field == field
+        _refused_everywhere(engine, bad)
 
 
-@pytest.mark.parametrize("bad", HOSTILE_NAMES)
-@pytest.mark.parametrize("field", ["key", "user", "application", "groups", "priority_class"])
-def test_nul_bytes_and_lone_surrogates_in_names_are_invalid_requests(
-    engine: QuotaEngine, bad: str, field: str
-) -> None:
-    value: Any = [bad] if field == "groups" else bad
-    error = refused(engine, lambda: engine.reserve("root.a", {"vcore": 1}, **{field: value}))
-    assert error.field == field
-
-
-@pytest.mark.parametrize("bad", HOSTILE_NAMES)
-def test_nul_bytes_and_lone_surrogates_elsewhere_are_invalid_requests(engine: QuotaEngine, bad: str) -> None:
+def _refused_everywhere(engine: QuotaEngine, bad: str) -> None:
     assert refused(engine, lambda: engine.reserve(f"root.{bad}", {"vcore": 1})).field == "queue"
     assert refused(engine, lambda: engine.reserve("root.a", {"vcore": 1}, partition=bad)).field == "partition"
     assert refused(engine, lambda: engine.reserve("root.a", {bad: 1})).field == "resources"
@@ -109,11 +100,11 @@ def test_billion_laughs_is_refused(engine: QuotaEngine) -> None:
     assert "values" in str(error)
 
 
-@pytest.mark.parametrize("plugins", [5, None, "x", [5], [{"name": 5}]])
-def test_admission_configuration_shapes_are_checked(engine: QuotaEngine, plugins: object) -> None:
-    manifest = {"kind": "AdmissionConfiguration", "plugins": plugins}
-    error = refused(engine, lambda: engine.apply_admission_config(manifest), InvalidResourceQuota)
-    assert error.field.startswith("plugins")
+def test_admission_configuration_shapes_are_checked(engine: QuotaEngine) -> None:
+    for plugins in (5, None, "x", [5], [{"name": 5}]):
+        manifest = {"kind": "AdmissionConfiguration", "plugins": plugins}
+        error = refused(engine, lambda m=manifest: engine.apply_admission_config(m), InvalidResourceQuota)
+        assert error.field.startswith("plugins")
 
 
 def _pod(namespace: str = "team", name: str = "p", priority: str | None = None) -> dict[str, Any]:
@@ -123,9 +114,8 @@ def _pod(namespace: str = "team", name: str = "p", priority: str | None = None) 
     return {"metadata": {"namespace": namespace, "name": name, "uid": "u1"}, "spec": spec}
 
 
-@pytest.mark.parametrize(
-    ("pod", "field"),
-    [
+def test_pod_fields_are_validated_as_the_api_server_does(engine: QuotaEngine) -> None:
+    for pod, field in [
         (_pod(priority="p" * 300), "spec.priorityClassName"),
         (_pod(priority="high\x00"), "spec.priorityClassName"),
         (_pod(priority="High"), "spec.priorityClassName"),
@@ -136,10 +126,8 @@ def _pod(namespace: str = "team", name: str = "p", priority: str | None = None) 
         (_pod(name="a" * 254), "metadata.name"),
         (_pod(name="a_b"), "metadata.name"),
         (_pod(name="\x00"), "metadata.name"),
-    ],
-)
-def test_pod_fields_are_validated_as_the_api_server_does(engine: QuotaEngine, pod: Any, field: str) -> None:
-    assert refused(engine, lambda: engine.reserve_pod(pod)).field == field
+    ]:
+        assert refused(engine, lambda pod=pod: engine.reserve_pod(pod)).field == field
 
 
 def test_valid_kubernetes_names_at_their_limits_are_taken(engine: QuotaEngine) -> None:
@@ -159,22 +147,19 @@ def test_groups_none_means_no_groups(engine: QuotaEngine) -> None:
     engine.release("root.a", {}, groups=None)
 
 
-@pytest.mark.parametrize("groups", [5, [None], "devs", [1], {"a": 1}, ["g"] * 257])
-def test_groups_of_the_wrong_shape_are_refused(engine: QuotaEngine, groups: Any) -> None:
-    assert refused(engine, lambda: engine.reserve("root.a", {"vcore": 1}, groups=groups)).field == "groups"
-    assert refused(engine, lambda: engine.release("root.a", {"vcore": 1}, groups=groups)).field == "groups"
-
-
-@pytest.mark.parametrize("amount", [2.0, True, False, None, [1]])
-def test_quantities_that_are_not_strings_or_ints_are_refused(engine: QuotaEngine, amount: Any) -> None:
-    assert (
-        refused(engine, lambda: engine.reserve("root.a", {"vcore": amount}), InvalidQuantity).field == "vcore"
-    )
-
-
-@pytest.mark.parametrize("ttl", [True, False, "5", 0, -1, float("nan"), float("inf"), 10**400])
-def test_ttls_of_the_wrong_type_or_range_are_refused(engine: QuotaEngine, ttl: Any) -> None:
-    assert refused(engine, lambda: engine.reserve("root.a", {"vcore": 1}, ttl=ttl)).field == "ttl"
+def test_arguments_of_the_wrong_type_are_refused(engine: QuotaEngine) -> None:
+    for groups in (5, [None], "devs", [1], {"a": 1}, ["g"] * 257):
+        for call in (engine.reserve, engine.release):
+            error = refused(engine, lambda c=call, g=groups: c("root.a", {"vcore": 1}, groups=g))
+            assert error.field == "groups"
+    for amount in (2.0, True, False, None, [1]):
+        error = refused(engine, lambda a=amount: engine.reserve("root.a", {"vcore": a}), InvalidQuantity)
+        assert error.field == "vcore"
+    for ttl in (True, False, "5", 0, -1, float("nan"), float("inf"), 10**400):
+        assert refused(engine, lambda t=ttl: engine.reserve("root.a", {"vcore": 1}, ttl=t)).field == "ttl"
+    for flag in ("terminating", "cross_namespace_affinity"):
+        error = refused(engine, lambda f=flag: engine.reserve("root.a", {"vcore": 1}, **{f: 1}))
+        assert error.field == flag
 
 
 def test_audit_of_an_empty_partition_name_is_refused(engine: QuotaEngine) -> None:
