@@ -56,6 +56,8 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
 _RESOURCE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?", re.ASCII)
 _SEGMENT_RULE = "1-64 of a-z A-Z 0-9 _ : # / @ -"
+# libyaml's parser when installed: the pure-Python scanner takes seconds over deep flow nesting.
+_EVENTS = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -314,7 +316,7 @@ def yaml_problem(text: str | bytes, max_depth: int = MAX_DEPTH) -> str | None:
     anchors: dict[str, int] = {}
     total = 0
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=_EVENTS):
             if isinstance(event, yaml.CollectionStartEvent):
                 if len(open_) > max_depth:
                     return f"the document nests deeper than {max_depth} levels"
