@@ -89,8 +89,9 @@ def parse_pod(manifest: Any) -> PodRequest:
         raise InvalidRequest(f"expected a Pod, not {pod.get('kind')!r}", field="kind")
     meta = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
-    namespace = validation.namespace(meta.get("namespace") or "default", "metadata.namespace")
-    name = meta.get("name") or meta.get("generateName") or ""
+    # Only a missing or empty value means "not set": False, 0 or {} are refused, not defaulted.
+    namespace = validation.namespace(_given(meta, "namespace", "default"), "metadata.namespace")
+    name = _given(meta, "name", _given(meta, "generateName", ""))
     if not isinstance(name, str) or (name and not validation.is_subdomain(name.rstrip("-"))):
         validation.subdomain(name, "metadata.name")
     containers = _containers(spec.get("containers"), "spec.containers", required=True)
@@ -112,7 +113,7 @@ def parse_pod(manifest: Any) -> PodRequest:
     deadline = spec.get("activeDeadlineSeconds")
     scopes = PodScopes(
         priority_class=validation.priority_class(
-            spec.get("priorityClassName") or None, "spec.priorityClassName"
+            _given(spec, "priorityClassName", None), "spec.priorityClassName"
         ),
         terminating=isinstance(deadline, int) and not isinstance(deadline, bool) and deadline >= 0,
         best_effort=best_effort,
@@ -267,6 +268,11 @@ def _application(meta: Mapping[str, Any]) -> str | None:
                 if isinstance(source.get(key), str) and source[key]:
                     return str(source[key])
     return None
+
+
+def _given(mapping: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = mapping.get(key)
+    return default if value is None or value == "" else value
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
