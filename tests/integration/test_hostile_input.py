@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, QuotaLedgerError
 
-EXAMPLES = 120
+EXAMPLES = 200
 
 _POISON = st.sampled_from(["\x00", "\ud800", "\udfff", "\udc80", "\x01", "\x1b", "\x7f", "\u2028"])
 _TEXT = st.text(max_size=12)
