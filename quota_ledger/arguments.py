@@ -1,21 +1,20 @@
-"""Checking and fingerprinting what a caller asks for: pure, before any transaction."""
+"""Partial commits, idempotency and request fingerprints: pure, before any transaction.
+
+Names and request shapes are checked by :mod:`quota_ledger.validation`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quota_ledger import validation
 from quota_ledger.driver.statements import StoredReservation
 from quota_ledger.errors import IdempotencyConflict, InvalidCommit, InvalidRequest
 from quota_ledger.quantity import format_human
 from quota_ledger.values import Reservation
-
-MAX_TTL = validation.MAX_TTL
 
 
 def commit_amounts(reservation: Reservation, partial: Mapping[str, int] | None) -> dict[str, int]:
@@ -57,18 +56,6 @@ def request_hash(
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def ttl_seconds(ttl: object) -> float:
-    return validation.ttl(ttl)
-
-
-def optional_name(value: object, field: str) -> Any:
-    return validation.optional_name(value, field)
-
-
-def name_list(values: object, field: str) -> list[str]:
-    return list(validation.names(values, field))
-
-
 def read_path(source: Any) -> Any:
     """A path names a file to read; text, bytes and dicts are configurations themselves."""
     if isinstance(source, Path):
@@ -77,25 +64,3 @@ def read_path(source: Any) -> Any:
         except OSError as error:
             raise InvalidRequest(f"cannot read {source}: {error.strerror}", field="config") from error
     return source
-
-
-def flag(value: object, field: str) -> bool:
-    return validation.flag(value, field)
-
-
-def sweep_options(batch_size: object, max_batches: object, workers: object, max_rate: object) -> None:
-    """The options of an expiry sweep (see :meth:`QuotaEngine.expire`)."""
-    for value, name in ((batch_size, "batch_size"), (workers, "workers")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidRequest(f"{name} must be a positive integer", field=name)
-    if max_batches is not None and (
-        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0
-    ):
-        raise InvalidRequest("max_batches must be a non-negative integer or None", field="max_batches")
-    if max_rate is not None and (
-        isinstance(max_rate, bool)
-        or not isinstance(max_rate, int | float)
-        or (isinstance(max_rate, float) and not math.isfinite(max_rate))
-        or max_rate <= 0
-    ):
-        raise InvalidRequest("max_rate must be a positive number of rows per second", field="max_rate")

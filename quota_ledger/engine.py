@@ -71,7 +71,7 @@ class QuotaEngine:
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
     ) -> None:
         self.driver = driver
-        self.default_ttl = arguments.ttl_seconds(default_ttl)
+        self.default_ttl = validation.ttl(default_ttl)
         #: how many resources a request, a limit set and a partition may name
         self.bounds = validation.Bounds(
             resources_per_request=max_resources_per_request,
@@ -315,7 +315,7 @@ class QuotaEngine:
             "priority_class": kube["scopes"]["priorityClass"],
         }
         key = validation.optional_name(key, "key")
-        ttl_seconds = self.default_ttl if ttl is None else arguments.ttl_seconds(ttl)
+        ttl_seconds = self.default_ttl if ttl is None else validation.ttl(ttl)
         scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
         request_hash = arguments.request_hash(partition, queue, positive, group_list, {**identity, **scopes})
         reservation_id = str(uuid.uuid4())
@@ -679,7 +679,7 @@ class QuotaEngine:
         large backlog is worked off without taking the database from live traffic; None
         sweeps as fast as the database allows.
         """
-        arguments.sweep_options(batch_size, max_batches, workers, max_rate)
+        validation.sweep_options(batch_size, max_batches, workers, max_rate)
         budget = batch_loop.Budget(max_batches)
         pacer = batch_loop.Pacer(max_rate)
         total = 0

@@ -22,6 +22,7 @@ by the database afterwards.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sized
 from dataclasses import dataclass
@@ -170,6 +171,24 @@ def ttl(value: object) -> float:
     if not 0 < seconds <= MAX_TTL:  # NaN fails both
         raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
     return seconds
+
+
+def sweep_options(batch_size: object, max_batches: object, workers: object, max_rate: object) -> None:
+    """The options of an expiry sweep (see :meth:`QuotaEngine.expire`)."""
+    for value, name in ((batch_size, "batch_size"), (workers, "workers")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidRequest(f"{name} must be a positive integer", field=name)
+    if max_batches is not None and (
+        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0
+    ):
+        raise InvalidRequest("max_batches must be a non-negative integer or None", field="max_batches")
+    if max_rate is not None and (
+        isinstance(max_rate, bool)
+        or not isinstance(max_rate, int | float)
+        or (isinstance(max_rate, float) and not math.isfinite(max_rate))
+        or max_rate <= 0
+    ):
+        raise InvalidRequest("max_rate must be a positive number of rows per second", field="max_rate")
 
 
 # -- YuniKorn names -------------------------------------------------------------------------------
