@@ -37,11 +37,7 @@ def check(
     Unknown keys are reported and the rest of the document is still validated, so one typo
     does not hide the other problems. Too deep a document is refused before it is built.
     """
-    if isinstance(source, str | bytes):
-        problem = validation.yaml_problem(source)
-    else:
-        problem = validation.document_problem(source)
-    if problem is not None:
+    if (problem := _shape_problem(source)) is not None:
         return model.SchedulerConfig(), [ConfigProblem(partition="", queue="", limit="", message=problem)]
     config, loaded = model.load_checked(source)
     if config is None:
@@ -53,6 +49,13 @@ def check(
         problems.append(ConfigProblem(partition="", queue="", limit="", message=problem))
     problems += _bound_problems(dumped, bounds or validation.Bounds())
     return normalized, problems
+
+
+def _shape_problem(source: Any) -> str | None:
+    """Why the document cannot even be built (too deep, NUL bytes, ...), or None."""
+    if isinstance(source, str | bytes):
+        return validation.yaml_problem(source)
+    return validation.document_problem(source)
 
 
 def _bound_problems(document: Mapping[str, Any], bounds: validation.Bounds) -> list[ConfigProblem]:
@@ -187,7 +190,8 @@ def replace_with(source: Any) -> Edit:
     """An edit that applies ``source`` as the whole configuration (root capacity is kept)."""
 
     def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
-        if model.is_empty(source) and _has_limits(document, capacity):
+        empty = _shape_problem(source) is None and model.is_empty(source)
+        if empty and _has_limits(document, capacity):
             raise ConfigError([EMPTY_DOCUMENT])
         return source, capacity
 

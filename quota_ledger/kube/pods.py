@@ -89,14 +89,14 @@ def parse_pod(manifest: Any) -> PodRequest:
         raise InvalidRequest(f"expected a Pod, not {pod.get('kind')!r}", field="kind")
     meta = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
-    # Only a missing or empty value means "not set": False, 0 or {} are refused, not defaulted.
+    # Only a missing (or empty-text) value means "not set": False, 0 or [] are refused, not defaulted.
     namespace = validation.namespace(_given(meta, "namespace", "default"), "metadata.namespace")
     name = _given(meta, "name", _given(meta, "generateName", ""))
     if not isinstance(name, str) or (name and not validation.is_subdomain(name.rstrip("-"))):
         validation.subdomain(name, "metadata.name")
     containers = _containers(spec.get("containers"), "spec.containers", required=True)
     inits = _containers(spec.get("initContainers"), "spec.initContainers", required=False)
-    overhead = _quantities(spec.get("overhead") or {}, "spec.overhead")
+    overhead = _quantities(_given(spec, "overhead", {}), "spec.overhead")
     pod_requests, pod_limits = _pod_level(spec.get("resources"))
     requests = _pod_total([c[1] for c in containers], [c[1] for c in inits], pod_requests, overhead)
     limits = _pod_total([c[2] for c in containers], [c[2] for c in inits], pod_limits, overhead)
@@ -169,8 +169,8 @@ def _pod_level(value: object) -> tuple[dict[str, int], dict[str, int]]:
     if value is None:
         return {}, {}
     resources = _mapping(value, "spec.resources")
-    limits = _quantities(resources.get("limits") or {}, "spec.resources.limits")
-    requests = _quantities(resources.get("requests") or {}, "spec.resources.requests")
+    limits = _quantities(_given(resources, "limits", {}), "spec.resources.limits")
+    requests = _quantities(_given(resources, "requests", {}), "spec.resources.requests")
     for resource, amount in limits.items():
         requests.setdefault(resource, amount)
     supported = {res: v for res, v in requests.items() if supports_pod_level(res)}
@@ -208,9 +208,9 @@ def _containers(
         path = f"{where}[{index}]"
         container = _mapping(item, path)
         name = container.get("name") or f"#{index}"
-        resources = _mapping(container.get("resources") or {}, f"{path}.resources")
-        limits = _quantities(resources.get("limits") or {}, f"{path}.resources.limits")
-        requests = _quantities(resources.get("requests") or {}, f"{path}.resources.requests")
+        resources = _mapping(_given(container, "resources", {}), f"{path}.resources")
+        limits = _quantities(_given(resources, "limits", {}), f"{path}.resources.limits")
+        requests = _quantities(_given(resources, "requests", {}), f"{path}.resources.requests")
         for resource, amount in limits.items():
             requests.setdefault(resource, amount)  # API server defaulting: request = limit
         found.append((str(name), requests, limits))
