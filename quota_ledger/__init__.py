@@ -26,6 +26,7 @@ from quota_ledger.errors import (
     ReservationStateError,
     ResourceQuotaNotFound,
     SchemaNotReady,
+    TooManyResources,
     UsageUnderflow,
     UserNotFound,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ReservationStateError",
     "ResourceQuotaNotFound",
     "SchemaNotReady",
+    "TooManyResources",
     "Usage",
     "UsageUnderflow",
     "UserNotFound",
