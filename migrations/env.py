@@ -7,6 +7,7 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
+from quota_ledger import location
 from quota_ledger.driver.dialect import build_engine
 from quota_ledger.driver.schema import metadata
 from quota_ledger.migrate import VERSION_TABLE
@@ -33,7 +34,7 @@ def main() -> None:
         return
     # Command-line alembic: this file is an entry point, so it may read the environment.
     url = config.get_main_option("sqlalchemy.url") or os.environ.get(
-        "QUOTA_LEDGER_DB", "sqlite:///quota-ledger.db"
+        "QUOTA_LEDGER_DB", location.default_db_url()
     )
     engine = build_engine(url)
     try:

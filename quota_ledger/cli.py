@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import yaml
 
-from quota_ledger import cli_output, cli_progress, cli_service, cli_views, migrate, sweeper
+from quota_ledger import cli_output, cli_progress, cli_service, cli_views, location, migrate, sweeper
 from quota_ledger.cli_output import table as _table
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
@@ -56,17 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if url and args.handler in _local_only():
         print("error: this command works on the database (--db), not through --url", file=sys.stderr)
         return EXIT_USAGE
-    if url:
-        # The service client has the engine's methods and raises the engine's errors.
-        engine = cast(QuotaEngine, RemoteEngine(url, args.token or os.environ.get("QUOTA_LEDGER_TOKEN")))
-    else:
-        engine = QuotaEngine.from_url(
-            settings.db,
-            default_ttl=settings.default_ttl,
-            max_resources_per_request=settings.max_resources_per_request,
-            max_resources_per_limit_set=settings.max_resources_per_limit_set,
-            max_resources_per_partition=settings.max_resources_per_partition,
-        )
+    try:
+        engine = _open(args, settings, url)
+    except QuotaLedgerError as error:
+        _fail(args, error)
+        return EXIT_ERROR
     try:
         handler: Callable[[QuotaEngine, argparse.Namespace, Settings], int] = args.handler
         return handler(engine, args, settings)
@@ -89,26 +83,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine.close()
 
 
+def _open(args: argparse.Namespace, settings: Settings, url: str | None) -> QuotaEngine:
+    if url:
+        # The service client has the engine's methods and raises the engine's errors.
+        return cast(QuotaEngine, RemoteEngine(url, args.token or os.environ.get("QUOTA_LEDGER_TOKEN")))
+    if args.handler in _creating():
+        location.prepare(settings.db)
+    else:
+        location.require_existing(settings.db)  # else SQLite would leave an empty file behind
+    return QuotaEngine.from_url(
+        settings.db,
+        default_ttl=settings.default_ttl,
+        max_resources_per_request=settings.max_resources_per_request,
+        max_resources_per_limit_set=settings.max_resources_per_limit_set,
+        max_resources_per_partition=settings.max_resources_per_partition,
+    )
+
+
 # -- commands ------------------------------------------------------------------------------------
 def _local_only() -> set[Any]:
     return {_db_upgrade, _db_downgrade, _db_current, _sweep, *cli_service.LOCAL_ONLY}
 
 
-def _db_upgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+def _creating() -> set[Any]:
+    """Commands that may create the ledger: those that migrate it."""
+    return {_db_upgrade, *cli_service.CREATING}
+
+
+def _db_upgrade(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     engine.migrate(args.revision)
-    return _db_current(engine, args, _s)
+    return _db_current(engine, args, settings)
 
 
-def _db_downgrade(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+def _db_downgrade(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     with engine.driver.translated():
         migrate.downgrade(engine.driver.engine, args.revision)
-    return _db_current(engine, args, _s)
+    return _db_current(engine, args, settings)
 
 
-def _db_current(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+def _db_current(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     with engine.driver.translated():
         revision = migrate.current(engine.driver.engine)
-    _say(args, {"revision": revision}, "schema at {revision}")
+    where = {"revision": revision, "database": location.describe(settings.db)}
+    _say(args, where, "schema at {revision} in {database}")
     return 0
 
 
@@ -345,7 +362,11 @@ def _read_source(path: str) -> str:
 # -- parsing and printing ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help="database URL (env QUOTA_LEDGER_DB)")
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        help=f"database URL (env QUOTA_LEDGER_DB; default: the SQLite file {location.default_file()})",
+    )
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
     common.add_argument(

@@ -206,3 +206,5 @@ def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) 
 
 #: commands that need the database itself, not a service URL
 LOCAL_ONLY = {_serve, _tokens_add, _tokens_list, _tokens_revoke}
+#: commands that may create the ledger (the service migrates it at start)
+CREATING = {_serve}

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from quota_ledger.values import ConfigProblem, ReservationState, Violation
 
 
@@ -235,3 +237,29 @@ class TooManyResources(InvalidRequest):
         self.count = count
         self.maximum = maximum
         super().__init__(f"a {where} may name at most {maximum} resources, not {count}", field=field)
+
+
+class LedgerMissing(SchemaNotReady):
+    """There is no ledger here yet: run `quota-ledger db upgrade` to create it."""
+
+    def __init__(self, path: Path) -> None:
+        #: the SQLite file that does not exist
+        self.path = path
+        super().__init__(f"no ledger at {path}: run `quota-ledger db upgrade` to create it (or pass --db)")
+
+
+class RemovesAllLimits(QuotaLedgerError):
+    """The configuration removes every limit of a partition; nothing was applied.
+
+    Apply it with an explicit confirmation if that is meant.
+    """
+
+    def __init__(self, partitions: Sequence[str]) -> None:
+        #: the partitions that have limits now and would have none
+        self.partitions = list(partitions)
+        names = ", ".join(self.partitions)
+        super().__init__(
+            f"the configuration removes every limit of partition {names}; nothing was applied. "
+            "If that is meant, confirm it: `config apply --allow-removing-all`, "
+            "`PUT /v1/config?confirm=remove-all` or `apply_config(..., allow_removing_all=True)`"
+        )

@@ -1,6 +1,9 @@
 """A client of the HTTP service with the engine's methods, so the CLI can drive a running
 service (``--url``, ``--token``) exactly as it drives a database. Errors come back as the same
-exception classes, rebuilt from the service's JSON."""
+exception classes, rebuilt from the service's JSON.
+
+httpx is imported when a client is made, not with this module: the CLI imports this module, and
+a plain install (no ``remote`` extra) must still run every command that works on a database."""
 
 from __future__ import annotations
 
@@ -8,22 +11,28 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 import yaml
 
 from quota_ledger import errors
 from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
+
+if TYPE_CHECKING:
+    import httpx
+
+INSTALL_HINT = "pip install 'quota-ledger[remote]'"
 
 
 class RemoteEngine:
     """The subset of :class:`~quota_ledger.QuotaEngine` the CLI uses, over HTTP."""
 
     def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
+        self._httpx = _import_httpx()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.client = self._httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
     def close(self) -> None:
         self.client.close()
@@ -32,7 +41,7 @@ class RemoteEngine:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
+        except self._httpx.HTTPError as error:
             raise errors.DatabaseUnavailable(f"service unreachable: {error}") from error
         if response.status_code >= 400:
             raise _error(response)
@@ -189,6 +198,16 @@ class RemoteEngine:
         raise errors.InvalidRequest(
             "the service sweeps by itself; run sweep against the database", field="url"
         )
+
+
+def _import_httpx() -> ModuleType:
+    try:
+        import httpx
+    except ImportError as error:
+        raise errors.InvalidRequest(
+            f"talking to a service (--url) needs the httpx package: {INSTALL_HINT}", field="url"
+        ) from error
+    return httpx
 
 
 def _options(options: Mapping[str, Any]) -> dict[str, Any]:

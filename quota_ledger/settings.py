@@ -8,9 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from quota_ledger import validation
-
-DEFAULT_DB = "sqlite:///quota-ledger.db"
+from quota_ledger import location, validation
 
 
 class Settings(BaseSettings):
@@ -18,7 +16,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="QUOTA_LEDGER_", extra="ignore")
 
-    db: str = Field(DEFAULT_DB, description="database URL (SQLite file in the working directory by default)")
+    db: str = Field(
+        default_factory=location.default_db_url,
+        description="database URL (default: the SQLite file $XDG_DATA_HOME/quota-ledger/ledger.db, "
+        "XDG_DATA_HOME being ~/.local/share unless set)",
+    )
     default_ttl: float = Field(300.0, gt=0, description="seconds a reservation lives without a ttl")
     sweep_interval: float = Field(5.0, gt=0, description="seconds between expiry sweeps")
     sweep_batch_size: int = Field(500, ge=1, le=10_000, description="reservations per sweep transaction")

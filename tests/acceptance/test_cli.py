@@ -16,8 +16,10 @@ from sqlalchemy.engine import URL
 EXIT_OVER_QUOTA, EXIT_DRIFT = 3, 4
 
 
-def cli(*args: str, db: URL | str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "QUOTA_LEDGER_DB"}
+def cli(
+    *args: str, db: URL | str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "QUOTA_LEDGER_DB"}, **(env or {})}
     if db is not None:
         env["QUOTA_LEDGER_DB"] = db.render_as_string(hide_password=False) if isinstance(db, URL) else db
     return subprocess.run(
@@ -64,14 +66,31 @@ def test_usage_prints_a_readable_table(tmp_path: Path) -> None:
     assert vcore.split()[:5] == ["vcore", "0", "500m", "4", "3500m"]
 
 
-def test_database_defaults_to_a_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
-    assert "schema at 0007" in ok(cli("db", "upgrade", cwd=tmp_path))
-    assert (tmp_path / "quota-ledger.db").is_file()
-    ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path))
+def test_database_defaults_to_a_sqlite_file_in_the_data_directory(tmp_path: Path) -> None:
+    home = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    ledger = tmp_path / "data" / "quota-ledger" / "ledger.db"
+    assert f"schema at 0007 in {ledger}" in ok(cli("db", "upgrade", cwd=tmp_path, env=home))
+    assert ledger.is_file()
+    ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path, env=home))
     other = tmp_path / "other.db"
-    ok(cli("--db", f"sqlite:///{other}", "db", "upgrade", cwd=tmp_path))
-    assert json.loads(ok(cli("--db", f"sqlite:///{other}", "usage", "--json", cwd=tmp_path))) == {}
-    assert json.loads(ok(cli("usage", "root", "--json", cwd=tmp_path)))["fpga"]["reserved"] == 1
+    ok(cli("--db", f"sqlite:///{other}", "db", "upgrade", cwd=tmp_path, env=home))
+    assert json.loads(ok(cli("--db", f"sqlite:///{other}", "usage", "--json", cwd=tmp_path, env=home))) == {}
+    assert json.loads(ok(cli("usage", "root", "--json", cwd=tmp_path, env=home)))["fpga"]["reserved"] == 1
+    assert list(tmp_path.glob("*.db")) == [other]  # nothing in the working directory
+
+
+def test_a_read_on_a_missing_ledger_says_so_and_leaves_no_file(tmp_path: Path) -> None:
+    home = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    ledger = tmp_path / "data" / "quota-ledger" / "ledger.db"
+    for args in (("usage", "root.dev"), ("limits", "show"), ("config", "show"), ("db", "current")):
+        result = cli(*args, cwd=tmp_path, env=home)
+        assert result.returncode == 1, result.stderr
+        assert f"no ledger at {ledger}: run `quota-ledger db upgrade`" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists()
+    assert list(tmp_path.iterdir()) == []
+    as_json = cli("usage", "--json", cwd=tmp_path, env=home)
+    assert json.loads(as_json.stderr)["error"] == "LedgerMissing"
 
 
 def test_sweep_once_expires_what_ran_out(tmp_path: Path) -> None:

@@ -114,11 +114,13 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         cwd=workdir, env=env, check=True, capture_output=True, text=True,
     )
     assert probe.stdout.strip().startswith(str(site))
-    # The console script's default database is a SQLite file in the working directory.
+    # The console script's default database is a SQLite file in the user's data directory.
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
     result = subprocess.run(
         [sys.executable, "-m", "quota_ledger.cli", "db", "upgrade"],
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "schema at 0007" in result.stdout
-    assert (workdir / "quota-ledger.db").is_file()
+    assert (tmp_path / "data" / "quota-ledger" / "ledger.db").is_file()
+    assert list(workdir.iterdir()) == []
