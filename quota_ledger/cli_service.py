@@ -38,6 +38,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--role", required=True, choices=tokens.ROLES)
     p.add_argument("--partition", help="restrict the token to this partition")
     p.add_argument("--queue", help="restrict the token to this queue's subtree")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the token of that name, if any (its old value stops working)",
+    )
     p.set_defaults(handler=_tokens_add)
     tok.add_parser("list", parents=[common], help="list tokens (never their values)").set_defaults(
         handler=_tokens_list
@@ -179,7 +184,9 @@ def _announce_when_up(scheme: str, host: str, port: int, announcement: str) -> N
 
 
 def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    token = tokens.add(engine, args.name, args.role, partition=args.partition, queue=args.queue)
+    token = tokens.add(
+        engine, args.name, args.role, partition=args.partition, queue=args.queue, replace=args.replace
+    )
     print(token)
     print(f"# token {args.name!r} ({args.role}); it is shown only now", file=sys.stderr)
     return 0

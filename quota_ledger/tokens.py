@@ -53,9 +53,19 @@ def digest(token: str) -> str:
 
 
 def add(
-    engine: QuotaEngine, name: str, role: str, *, partition: str | None = None, queue: str | None = None
+    engine: QuotaEngine,
+    name: str,
+    role: str,
+    *,
+    partition: str | None = None,
+    queue: str | None = None,
+    replace: bool = False,
 ) -> str:
-    """Create a token and return it; only its hash is stored, so this is the only time it is seen."""
+    """Create a token and return it; only its hash is stored, so this is the only time it is seen.
+
+    With ``replace``, a token of that name (active or revoked) is replaced in the same
+    transaction: its old value stops working, and names do not pile up.
+    """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidRequest("token names are 1-64 letters, digits, '.', '_' or '-'", field="name")
     if role not in ROLES:
@@ -67,6 +77,8 @@ def add(
     token = PREFIX + secrets.token_urlsafe(32)
 
     def work(tx: LedgerTx) -> None:
+        if replace:
+            statements.remove(tx.conn, name)
         statements.add(
             tx.conn,
             name=name,

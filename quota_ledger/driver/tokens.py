@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from quota_ledger.driver.schema import quota_tokens
 
@@ -16,6 +16,8 @@ _FIND = select(_T.name, _T.token_hash, _T.role, _T.partition, _T.queue).where(
 )
 _LIST = select(_T.name, _T.role, _T.partition, _T.queue, _T.created_at, _T.revoked_at).order_by(_T.name)
 _INSERT = insert(quota_tokens)
+# delete_token: the row of this name, to replace it; locks that row.
+_DELETE = delete(quota_tokens).where(_T.name == bindparam("n"))
 _REVOKE = (
     update(quota_tokens)
     .where(_T.name == bindparam("n"), _T.revoked_at.is_(None))
@@ -57,3 +59,7 @@ def add(
 
 def revoke(conn: Connection, name: str, now: datetime) -> bool:
     return conn.execute(_REVOKE, {"n": name, "now": now}).rowcount == 1
+
+
+def remove(conn: Connection, name: str) -> None:
+    conn.execute(_DELETE, {"n": name})
