@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from quota_ledger.config_diff import ConfigDiff, LimitChange, OverLimit
 from quota_ledger.driver import DbQuotaDriver
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import (
@@ -16,11 +17,13 @@ from quota_ledger.errors import (
     InvalidQuantity,
     InvalidRequest,
     InvalidResourceQuota,
+    LedgerMissing,
     MissingCoveringQuota,
     NotFound,
     OverQuota,
     PodMissingResources,
     QuotaLedgerError,
+    RemovesAllLimits,
     ReservationIdTooShort,
     ReservationNotFound,
     ReservationStateError,
@@ -36,6 +39,7 @@ from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationSt
 __all__ = [
     "AmbiguousReservationId",
     "ApplicationNotFound",
+    "ConfigDiff",
     "ConfigError",
     "ConfigProblem",
     "CounterOverflow",
@@ -48,12 +52,16 @@ __all__ = [
     "InvalidQuantity",
     "InvalidRequest",
     "InvalidResourceQuota",
+    "LedgerMissing",
+    "LimitChange",
     "MissingCoveringQuota",
     "NotFound",
+    "OverLimit",
     "OverQuota",
     "PodMissingResources",
     "QuotaEngine",
     "QuotaLedgerError",
+    "RemovesAllLimits",
     "Reservation",
     "ReservationIdTooShort",
     "ReservationNotFound",

@@ -18,7 +18,16 @@ from typing import Any, cast
 
 import yaml
 
-from quota_ledger import cli_output, cli_progress, cli_service, cli_views, location, migrate, sweeper
+from quota_ledger import (
+    cli_config,
+    cli_output,
+    cli_progress,
+    cli_service,
+    cli_views,
+    location,
+    migrate,
+    sweeper,
+)
 from quota_ledger.cli_output import table as _table
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import ConfigError, InvalidRequest, OverQuota, QuotaLedgerError
@@ -257,9 +266,13 @@ def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
 
 def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     source = _read_source(args.file)
+    before = engine.config_version()
     with cli_progress.bar(f"applying {args.file}", None):
-        version = engine.apply_config(source)
-    _say(args, {"version": version}, "applied configuration version {version}")
+        version = engine.apply_config(source, allow_removing_all=args.allow_removing_all)
+    if version == before:
+        _say(args, {"version": version}, "configuration unchanged: version {version} stays in force")
+    else:
+        _say(args, {"version": version}, "applied configuration version {version}")
     return 0
 
 
@@ -466,7 +479,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p = config.add_parser("apply", parents=[common], help="apply FILE (YAML or JSON; - for stdin)")
     p.add_argument("file")
+    p.add_argument(
+        "--allow-removing-all",
+        action="store_true",
+        help="apply it even if it removes every limit of a partition (refused otherwise)",
+    )
     p.set_defaults(handler=_config_apply)
+    cli_config.register(config, common)
     p = config.add_parser("validate", parents=[common], help="list every problem of FILE; exit 1 if any")
     p.add_argument("file")
     p.set_defaults(handler=_config_validate)

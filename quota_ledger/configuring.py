@@ -9,16 +9,19 @@ the application rows, so applying a configuration also repairs drift in what it 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from quota_ledger import identity, queues, quota_charging, validation
+import yaml
+
+from quota_ledger import config_diff, identity, queues, quota_charging, validation
 from quota_ledger.config import model
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.statements import LedgerTx
-from quota_ledger.errors import ConfigError, InvalidRequest
+from quota_ledger.errors import ConfigError, InvalidRequest, RemovesAllLimits
 from quota_ledger.limits import QUEUE, SUBTREE
 from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.values import ConfigProblem
@@ -37,6 +40,7 @@ def check(
     Unknown keys are reported and the rest of the document is still validated, so one typo
     does not hide the other problems. Too deep a document is refused before it is built.
     """
+    source = unwrap(source)
     if (problem := _shape_problem(source)) is not None:
         return model.SchedulerConfig(), [ConfigProblem(partition="", queue="", limit="", message=problem)]
     config, loaded = model.load_checked(source)
@@ -88,6 +92,25 @@ def _bound_problems(document: Mapping[str, Any], bounds: validation.Bounds) -> l
     return found
 
 
+def unwrap(source: Any) -> Any:
+    """The configuration inside ``{"version": n, "config": {...}}``, the shape ``GET /v1/config``
+    and ``config show --json`` return, so that it can be sent back unchanged (the version is
+    informational); any other source as it is."""
+    data = source
+    if isinstance(source, str | bytes):
+        try:
+            data = yaml.safe_load(source)
+        except yaml.YAMLError:
+            return source  # model.load reports it, with its position
+    if (
+        isinstance(data, Mapping)
+        and set(data) == {"version", "config"}
+        and isinstance(data["config"], Mapping)
+    ):
+        return dict(data["config"])
+    return source
+
+
 def compile_stored(
     version: int, document: Mapping[str, Any], capacity: Mapping[str, Any], kube: Mapping[str, Any]
 ) -> Rules:
@@ -102,23 +125,25 @@ def apply(
     kube_edit: KubeEdit | None = None,
     compiled: Callable[[Rules], None] | None = None,
     bounds: validation.Bounds | None = None,
+    allow_removing_all: bool = True,
 ) -> int:
     """Apply ``edit(current document, current capacity)`` and ``kube_edit(Kubernetes objects)``
-    as the next version; returns it. ``compiled`` gets the new version's rules once committed."""
+    as the next version; returns it. ``compiled`` gets the new version's rules once committed.
+
+    When nothing would change, no version is made and the version in force is returned.
+    Without ``allow_removing_all``, a change that leaves a partition with limits now without
+    any raises :class:`RemovesAllLimits`.
+    """
     version = tx.lock_config_head()
-    document, capacity, kube = tx.load_config(version)
-    source, new_capacity = (edit or _unchanged)(copy.deepcopy(document), copy.deepcopy(capacity))
-    config, problems = check(source, bounds)
-    if problems:
-        raise ConfigError(problems)
-    kube = copy.deepcopy(kube)
-    if kube_edit is not None:
-        kube_edit(kube)
-    for partition, objects in kube.items():
-        for key, entry in objects.get("quotas", {}).items():
-            namespace = key.split("/", 1)[0]
-            entry["queue"] = tx.namespace_queue(partition, namespace) or f"root.{namespace}"
+    stored = tx.load_config(version)
+    config, new_capacity, kube = _proposed(tx, stored, edit, kube_edit, bounds)
+    if _same(stored, (model.dump(config), new_capacity, kube)):
+        return version
     rules = compile_config(config, new_capacity, version + 1, kube)
+    if not allow_removing_all:
+        emptied = config_diff.emptied_partitions(compile_stored(version, *stored), rules)
+        if emptied:
+            raise RemovesAllLimits(emptied)
     names = sorted(set(tx.partition_names()) | set(rules.partitions))
     now = tx.db_now()
     for name in names:
@@ -134,6 +159,65 @@ def apply(
     if compiled is not None:
         tx.after_commit.append(lambda: compiled(rules))
     return version + 1
+
+
+def diff(tx: LedgerTx, source: Any, bounds: validation.Bounds | None = None) -> config_diff.ConfigDiff:
+    """What applying ``source`` would do now (see :class:`~quota_ledger.config_diff.ConfigDiff`);
+    changes nothing. Raises :class:`ConfigError` as applying it would."""
+    version = tx.config_version()
+    stored = tx.load_config(version)
+    config, capacity, kube = _proposed(tx, stored, replace_with(source), None, bounds)
+    old = compile_stored(version, *stored)
+    new = compile_config(config, capacity, version + 1, kube)
+    added: list[config_diff.LimitChange] = []
+    removed: list[config_diff.LimitChange] = []
+    changed: list[config_diff.LimitChange] = []
+    over: list[config_diff.OverLimit] = []
+    for name in sorted(set(old.partitions) | set(new.partitions)):
+        for change in config_diff.changes(name, old.partition(name), new.partition(name)):
+            (added if change.old is None else removed if change.new is None else changed).append(change)
+        over += config_diff.over_limits(
+            name, old.partition(name), new.partition(name), tx.all_counters(name), tx.read_apps(name)
+        )
+    return config_diff.ConfigDiff(
+        version=version,
+        identical=_same(stored, (model.dump(config), capacity, kube)),
+        added=tuple(added),
+        removed=tuple(removed),
+        changed=tuple(changed),
+        over_limit=tuple(over),
+        removes_all_limits=tuple(config_diff.emptied_partitions(old, new)),
+    )
+
+
+def _proposed(
+    tx: LedgerTx,
+    stored: tuple[Document, Capacity, dict[str, Any]],
+    edit: Edit | None,
+    kube_edit: KubeEdit | None,
+    bounds: validation.Bounds | None,
+) -> tuple[model.SchedulerConfig, Capacity, dict[str, Any]]:
+    """The validated configuration, capacity and Kubernetes objects after the edits."""
+    document, capacity, kube = copy.deepcopy(stored)
+    source, new_capacity = (edit or _unchanged)(document, capacity)
+    config, problems = check(source, bounds)
+    if problems:
+        raise ConfigError(problems)
+    if kube_edit is not None:
+        kube_edit(kube)
+    for partition, objects in kube.items():
+        for key, entry in objects.get("quotas", {}).items():
+            namespace = key.split("/", 1)[0]
+            entry["queue"] = tx.namespace_queue(partition, namespace) or f"root.{namespace}"
+    return config, new_capacity, kube
+
+
+def _same(stored: tuple[Any, ...], proposed: tuple[Any, ...]) -> bool:
+    """Whether the proposed version would be stored exactly as the one in force is."""
+    return all(
+        json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        for a, b in zip(stored, proposed, strict=True)
+    )
 
 
 def _unchanged(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:

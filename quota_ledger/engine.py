@@ -29,6 +29,7 @@ from quota_ledger import (
 )
 from quota_ledger import limits as limit_rules
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
+from quota_ledger.config_diff import ConfigDiff
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.statements import LedgerTx, MissingCounters, StoredReservation
 from quota_ledger.errors import (
@@ -146,15 +147,30 @@ class QuotaEngine:
         return self.driver.run(lambda tx: self._apply(tx, edit))
 
     # -- configuration -----------------------------------------------------------------------
-    def apply_config(self, source: Any) -> int:
+    def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:
         """Apply a YuniKorn queue configuration (YAML text, a dict or a path) to every partition.
 
         All or nothing, in one transaction: on any problem raises :class:`ConfigError` listing
         all of them and changes nothing. Reservations keep flowing and see either the old or
-        the new limits. Returns the new version.
+        the new limits. Returns the new version; a configuration identical to the one in force
+        changes nothing and returns the current version. A configuration that would leave a
+        partition that has limits without any (``partitions: []``, say) raises
+        :class:`RemovesAllLimits` unless ``allow_removing_all=True``. What :meth:`config`
+        returns, or ``{"version": n, "config": {...}}`` as the service serves it, is accepted.
         """
         source = arguments.read_path(source)
-        return self.driver.run(lambda tx: self._apply(tx, configuring.replace_with(source)))
+        allow = validation.flag(allow_removing_all, "allow_removing_all")
+        edit = configuring.replace_with(source)
+        return self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
+
+    def diff_config(self, source: Any) -> ConfigDiff:
+        """What :meth:`apply_config` would do with ``source`` now, changing nothing: the limits
+        added, removed and changed, and every queue, user and group whose current usage would
+        then be over its limit. Raises :class:`ConfigError` as applying it would."""
+        source = arguments.read_path(source)
+        return self.driver.run(
+            lambda tx: configuring.diff(tx, source, self.bounds), isolation="REPEATABLE READ"
+        )
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
@@ -234,6 +250,8 @@ class QuotaEngine:
         validation.partition(partition)
         validation.queue(queue)
         amounts = self._bounded(resources, self.bounds.request)
+        if not amounts:
+            raise InvalidRequest("a reservation names at least one resource (RES=QTY)", field="resources")
         positive = {res: amount for res, amount in amounts.items() if amount > 0}
         usage, derived = pods.usage_of_resources(positive)
         validation.flag(terminating, "terminating")

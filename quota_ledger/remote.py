@@ -18,6 +18,7 @@ from urllib.parse import quote
 import yaml
 
 from quota_ledger import errors
+from quota_ledger.config_diff import ConfigDiff
 from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
 
 if TYPE_CHECKING:
@@ -127,8 +128,12 @@ class RemoteEngine:
         return [Drift(**d) for d in self._call("POST", "/v1/audit", params=params)]
 
     # -- configuration -----------------------------------------------------------------------
-    def apply_config(self, source: Any) -> int:
-        return int(self._call("PUT", "/v1/config", **_config_body(source))["version"])
+    def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:
+        params = {"confirm": "remove-all"} if allow_removing_all else {}
+        return int(self._call("PUT", "/v1/config", params=params, **_config_body(source))["version"])
+
+    def diff_config(self, source: Any) -> ConfigDiff:
+        return ConfigDiff.from_dict(self._call("POST", "/v1/config/diff", **_config_body(source)))
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         found = self._call("POST", "/v1/config/validate", **_config_body(source))
@@ -273,6 +278,8 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
         return errors.OverQuota(
             [Violation(**{k: v for k, v in d.items() if k in fields}) for d in details.get("violations", [])]
         )
+    if code == "removes_all_limits":
+        return errors.RemovesAllLimits(details.get("partitions", []))
     if code == "invalid_config":
         return errors.ConfigError([ConfigProblem(**p) for p in details.get("problems", [])])
     if code in ("database_unavailable", "schema_not_ready"):

@@ -27,6 +27,7 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.ReservationStateError, 409, "invalid_state"),
     (errors.UsageUnderflow, 409, "usage_underflow"),
     (errors.CounterOverflow, 409, "counter_overflow"),
+    (errors.RemovesAllLimits, 409, "removes_all_limits"),
     (errors.NotFound, 404, "not_found"),
     (errors.ReservationNotFound, 404, "not_found"),
     (errors.ConfigError, 422, "invalid_config"),
@@ -71,6 +72,8 @@ def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
         found["shortfalls"] = {r: {"in_use": a, "requested": b} for r, (a, b) in error.shortfalls.items()}
     if isinstance(error, errors.ReservationStateError):
         found["state"] = error.state.value
+    if isinstance(error, errors.RemovesAllLimits):
+        found["partitions"] = error.partitions
     return found
 
 

@@ -1,7 +1,8 @@
 """The ledger and admin endpoints under ``/v1``. Each handler is one engine call."""
 
+import functools
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -9,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from quota_ledger import history, overview, queues, short_ids, validation
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.errors import IdempotencyConflict, ReservationNotFound
-from quota_ledger.http import models
+from quota_ledger.http import config_models, config_views, models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
@@ -261,11 +262,20 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         return {"queue": engine.apply_namespace(manifest, partition=partition)}
 
     # -- configuration -----------------------------------------------------------------------
-    @router.get("/config", tags=["config"])
-    def get_config(token: Annotated[Token, reader]) -> dict[str, Any]:
-        """The YuniKorn queue configuration in force, with its version."""
+    @router.get(
+        "/config",
+        tags=["config"],
+        responses={200: {"content": {"application/yaml": {"schema": {"type": "string"}}}}},
+    )
+    def get_config(token: Annotated[Token, reader], accept: Annotated[str | None, Header()] = None) -> Any:
+        """The YuniKorn queue configuration in force: as JSON, ``{"version", "config"}``; with
+        ``Accept: application/yaml``, the configuration as YAML (version in ``X-Config-Version``).
+        Either can be sent back to ``PUT /v1/config`` unchanged."""
         check_scope(token, None, None)
-        return {"version": engine.config_version(), "config": engine.config()}
+        version, document = config_views.current(engine)
+        if config_views.wants_yaml(accept):
+            return config_views.yaml_response(version, document)
+        return {"version": version, "config": document}
 
     config_body = {
         "content": {
@@ -281,13 +291,36 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         tags=["config"],
         openapi_extra={"requestBody": config_body},
     )
-    async def put_config(request: Request, token: Annotated[Token, admin]) -> models.VersionOut:
-        """Apply a configuration (all or nothing); YAML as application/yaml, or JSON."""
+    async def put_config(
+        request: Request,
+        token: Annotated[Token, admin],
+        confirm: Annotated[Literal["remove-all"] | None, Query()] = None,
+    ) -> models.VersionOut:
+        """Apply a configuration (all or nothing); YAML as application/yaml, or JSON. The same
+        configuration again makes no new version. One that removes every limit of a partition
+        is refused (409) unless ``?confirm=remove-all``."""
         check_scope(token, None, None)
         source = await _config_source(request)
+        allow = confirm == "remove-all"
         with metrics.observe("apply_config"):
-            version = await run_in_threadpool(engine.apply_config, source)
+            version = await run_in_threadpool(
+                functools.partial(engine.apply_config, source, allow_removing_all=allow)
+            )
         return models.VersionOut(version=version)
+
+    @router.post(
+        "/config/diff",
+        response_model=config_models.ConfigDiffOut,
+        tags=["config"],
+        openapi_extra={"requestBody": config_body},
+    )
+    async def diff_config(request: Request, token: Annotated[Token, reader]) -> dict[str, Any]:
+        """A dry run of ``PUT /v1/config``: the limits it would add, remove and change, and every
+        queue, user and group whose current usage would then be over its limit. Changes nothing."""
+        check_scope(token, None, None)
+        source = await _config_source(request)
+        found = await run_in_threadpool(engine.diff_config, source)
+        return found.as_dict()
 
     @router.post(
         "/config/validate",
