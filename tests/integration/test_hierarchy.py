@@ -71,7 +71,7 @@ def test_apply_config_returns_versions_and_stores_the_normalized_config(ledger: 
     dev = stored["partitions"][0]["queues"][0]["queues"][0]
     assert dev["name"] == "dev"
     assert dev["resources"]["max"] == {"vcore": "10", "memory": "16Gi"}
-    assert ledger.apply_config(stored) == 2  # what config() returns applies again
+    assert ledger.apply_config(stored) == 1  # what config() returns applies again: no change
     assert ledger.limits()["root.dev"] == {"vcore": 10_000, "memory": 16 * 2**30, "applications": 4}
 
 
@@ -79,7 +79,8 @@ def test_apply_config_accepts_a_dict_and_a_path(ledger: QuotaEngine, tmp_path: P
     path = tmp_path / "queues.yaml"
     path.write_text(CONFIG)
     assert ledger.apply_config(path) == 1
-    assert ledger.apply_config({"partitions": [{"name": "default", "queues": [{"name": "root"}]}]}) == 2
+    root_only = {"partitions": [{"name": "default", "queues": [{"name": "root"}]}]}
+    assert ledger.apply_config(root_only, allow_removing_all=True) == 2
     assert ledger.limits() == {}
 
 
