@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,17 @@ def test_user_story_2_runs(db_url: URL) -> None:
     )
     assert "'used': {'pods': '2', 'requests.cpu': '1', 'requests.memory': '2Gi'}" in out[1]
     assert out[2] == "after release: {'pods': '1', 'requests.cpu': '500m', 'requests.memory': '1Gi'}"
+
+
+def test_user_story_1_runs_as_the_readme_writes_it() -> None:
+    # `source .venv/bin/activate` (or a pip install) puts the package's python first on PATH;
+    # then `python examples/kube_story_1.py` runs with no argument, on a throw-away SQLite file.
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["VIRTUAL_ENV"] = str(venv_bin.parent)
+    result = subprocess.run(
+        ["python", "examples/kube_story_1.py"],
+        cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith("admitted: root.kube-system")
