@@ -43,6 +43,12 @@ ENDPOINTS: list[tuple[str, str, Any, str]] = [
         {"partitions": [{"name": "default", "queues": [{"name": "root"}]}]},
         "reader",
     ),
+    (
+        "POST",
+        "/v1/config/diff",
+        {"partitions": [{"name": "default", "queues": [{"name": "root"}]}]},
+        "reader",
+    ),
     ("PUT", "/v1/resourcequotas/ns/q", QUOTA, "admin"),
     ("GET", "/v1/resourcequotas/ns/q", None, "reader"),
     ("DELETE", "/v1/resourcequotas/ns/q", None, "admin"),
