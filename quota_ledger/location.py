@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import URL
 
-from quota_ledger.errors import InvalidRequest, LedgerMissing
+from quota_ledger.driver.dialect import parse_url
+from quota_ledger.errors import LedgerMissing
 
 APP_DIR = "quota-ledger"
 FILE_NAME = "ledger.db"
@@ -43,10 +43,7 @@ def default_db_url(environ: Mapping[str, str] | None = None) -> str:
 
 def sqlite_file(url: str | URL) -> Path | None:
     """The file of a SQLite URL; None for other databases and in-memory SQLite."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as error:
-        raise InvalidRequest(f"not a database URL: {url!r}", field="db") from error
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return None
     database = parsed.database or ""
@@ -60,7 +57,7 @@ def describe(url: str | URL) -> str:
     path = sqlite_file(url)
     if path is not None:
         return str(path)
-    return make_url(url).render_as_string(hide_password=True)
+    return parse_url(url).render_as_string(hide_password=True)
 
 
 def prepare(url: str | URL) -> None:

@@ -14,6 +14,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.schema import Table
 
+from quota_ledger.errors import InvalidRequest
+
 # First key of PostgreSQL's two-int advisory locks, so ours never collide with an application's.
 ADVISORY_NAMESPACE = 0x51_4C_44  # "QLD"
 
@@ -76,6 +78,14 @@ def _lite_bucket(element: FunctionElement[Any], compiler: SQLCompiler, **kw: Any
     # seconds. The WHERE clause keeps times at or after ``since``, so CAST truncation is FLOOR.
     at, since, step = _bucket_args(element, compiler, **kw)
     return f"CAST((julianday({at}) - julianday({since})) * 86400.0 / {step} AS INTEGER)"
+
+
+def parse_url(url: str | URL) -> URL:
+    """The URL parsed; a text that is not one is an :class:`InvalidRequest` on ``db``."""
+    try:
+        return make_url(url)
+    except exc.ArgumentError as error:
+        raise InvalidRequest(f"not a database URL: {url!r}", field="db") from error
 
 
 def normalize_url(url: str | URL) -> URL:
