@@ -296,7 +296,8 @@ EMPTY_DOCUMENT = ConfigProblem(
     message=(
         "the document is empty: YuniKorn reads that as its default configuration, with no "
         "partitions, which would remove every limit in force; apply a configuration that lists "
-        "what to keep, or 'partitions: []' to remove everything on purpose"
+        "what to keep, or 'partitions: []' with the confirmation to remove everything on purpose "
+        "(--allow-removing-all, ?confirm=remove-all, allow_removing_all=True)"
     ),
 )
 
