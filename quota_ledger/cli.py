@@ -100,13 +100,7 @@ def _open(args: argparse.Namespace, settings: Settings, url: str | None) -> Quot
         location.prepare(settings.db)
     else:
         location.require_existing(settings.db)  # else SQLite would leave an empty file behind
-    return QuotaEngine.from_url(
-        settings.db,
-        default_ttl=settings.default_ttl,
-        max_resources_per_request=settings.max_resources_per_request,
-        max_resources_per_limit_set=settings.max_resources_per_limit_set,
-        max_resources_per_partition=settings.max_resources_per_partition,
-    )
+    return QuotaEngine.from_url(settings.db, **settings.engine_options())
 
 
 # -- commands ------------------------------------------------------------------------------------

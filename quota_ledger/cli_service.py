@@ -74,14 +74,7 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         print("error: --tls-certfile and --tls-keyfile go together", file=sys.stderr)
         return 2
     access_log.configure(settings.access_log, verbose=bool(args.verbose))
-    served = QuotaEngine.from_url(
-        settings.db,
-        default_ttl=settings.default_ttl,
-        pool_size=settings.pool_size,
-        max_resources_per_request=settings.max_resources_per_request,
-        max_resources_per_limit_set=settings.max_resources_per_limit_set,
-        max_resources_per_partition=settings.max_resources_per_partition,
-    )
+    served = QuotaEngine.from_url(settings.db, **settings.engine_options())
     if not args.no_migrate:
         served.migrate()
     scheme = "https" if settings.tls_certfile else "http"

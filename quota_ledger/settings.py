@@ -3,7 +3,7 @@ the environment itself."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,3 +55,13 @@ class Settings(BaseSettings):
     access_log: Literal["text", "json", "off"] = Field(
         "text", description="the service's access log: a text line or a JSON object a request, or none"
     )
+
+    def engine_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``QuotaEngine.from_url`` that these settings give."""
+        return {
+            "default_ttl": self.default_ttl,
+            "pool_size": self.pool_size,
+            "max_resources_per_request": self.max_resources_per_request,
+            "max_resources_per_limit_set": self.max_resources_per_limit_set,
+            "max_resources_per_partition": self.max_resources_per_partition,
+        }

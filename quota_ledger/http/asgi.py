@@ -16,12 +16,5 @@ from quota_ledger.settings import Settings
 def create() -> FastAPI:
     settings = Settings(_env_file=os.environ.get("QUOTA_LEDGER_SETTINGS_FILE"))  # type: ignore[call-arg]
     access_log.configure(settings.access_log, verbose=os.environ.get("QUOTA_LEDGER_VERBOSE") == "1")
-    engine = QuotaEngine.from_url(
-        settings.db,
-        default_ttl=settings.default_ttl,
-        pool_size=settings.pool_size,
-        max_resources_per_request=settings.max_resources_per_request,
-        max_resources_per_limit_set=settings.max_resources_per_limit_set,
-        max_resources_per_partition=settings.max_resources_per_partition,
-    )
+    engine = QuotaEngine.from_url(settings.db, **settings.engine_options())
     return create_app(engine, settings, sweep=os.environ.get("QUOTA_LEDGER_NO_SWEEP") != "1")

@@ -34,6 +34,19 @@ class Authenticator:
             raise HTTPException(401, "unknown or revoked token", headers=_CHALLENGE)
         return found
 
+    def page_token(self, request: Request, token: str | None, role: str, what: str) -> Token:
+        """The token of a page a browser opens: ``?token=`` once, then the cookie it sets."""
+        if token is not None:
+            found = self.lookup(token)
+            if found is None:
+                raise HTTPException(401, "unknown or revoked token")
+        else:
+            found = self.token_of(request)
+        if not found.allows(role):
+            raise HTTPException(403, f"{what} needs the {role} role")
+        request.state.token = found  # for the access log
+        return found
+
     @staticmethod
     def _presented(request: Request) -> str:
         header = request.headers.get("authorization", "")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import fastapi_offline
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -46,15 +46,7 @@ def build(app: FastAPI, auth: Authenticator) -> APIRouter:
     def swagger(
         request: Request, token: Annotated[str | None, Query(max_length=200)] = None
     ) -> HTMLResponse:
-        if token is not None:
-            found = auth.lookup(token)
-            if found is None:
-                raise HTTPException(401, "unknown or revoked token")
-        else:
-            found = auth.token_of(request)
-        if not found.allows("reader"):
-            raise HTTPException(403, "the API documentation needs the reader role")
-        request.state.token = found
+        auth.page_token(request, token, "reader", "the API documentation")
         page = get_swagger_ui_html(
             openapi_url="/openapi.json",
             title="quota-ledger API",

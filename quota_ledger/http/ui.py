@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from quota_ledger import history, overview, queues
@@ -54,15 +54,7 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
         token: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         """The dashboard (reader role; ``?token=`` once, then a cookie)."""
-        if token is not None:
-            found = auth.lookup(token)
-            if found is None:
-                raise HTTPException(401, "unknown or revoked token")
-        else:
-            found = auth.token_of(request)
-        if not found.allows("reader"):
-            raise HTTPException(403, "the dashboard needs the reader role")
-        request.state.token = found  # for the access log
+        found = auth.page_token(request, token, "reader", "the dashboard")
         queues.validate_partition(partition)
         check_scope(found, partition, None)
         check_scope(found, partition, queues.validate_queue(queue))
