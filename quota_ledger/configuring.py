@@ -26,6 +26,9 @@ from quota_ledger.limits import QUEUE, SUBTREE
 from quota_ledger.quantity import APPLICATIONS
 from quota_ledger.values import ConfigProblem
 
+# libyaml's safe loader where it is installed: the pure-Python scanner is quadratic on some inputs.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 Document = dict[str, Any]
 Capacity = dict[str, dict[str, int]]
 Edit = Callable[[Document, Capacity], tuple[Any, Capacity]]
@@ -98,8 +101,10 @@ def unwrap(source: Any) -> Any:
     informational); any other source as it is."""
     data = source
     if isinstance(source, str | bytes):
+        if validation.yaml_problem(source) is not None:
+            return source  # the checked load reports it, before anything recurses into it
         try:
-            data = yaml.safe_load(source)
+            data = yaml.load(source, Loader=_LOADER)  # noqa: S506 (a safe loader)
         except yaml.YAMLError:
             return source  # model.load reports it, with its position
     if (
