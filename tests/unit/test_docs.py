@@ -111,7 +111,12 @@ def test_the_performance_page_says_how_and_when_its_figures_were_measured() -> N
 def test_the_forbidden_words_are_recognised() -> None:
     # Assembled from parts, so that this file does not itself hold the phrasings it forbids.
     word, ticket = "sess" + "ion", "iss" + "ue"
-    samples = [f"Before {word} 4 the sweep took", f"{ticket} 3's case", f"({ticket} #12)", f"{ticket}-2 targets"]
+    samples = [
+        f"Before {word} 4 the sweep took",
+        f"{ticket} 3's case",
+        f"({ticket} #12)",
+        f"{ticket}-2 targets",
+    ]
     for sample in samples:
         assert any(pattern.search(sample) for pattern in FORBIDDEN), sample
     for sample in ["each request runs in a database session of its own", "tokens are issued once"]:
