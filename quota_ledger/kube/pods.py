@@ -17,7 +17,7 @@ from typing import Any
 
 from quota_ledger import validation
 from quota_ledger.errors import InvalidRequest
-from quota_ledger.quantity import parse_quantity, validate_resource_name
+from quota_ledger.quantity import parse_resources
 
 #: compute resources a quota can demand on every container (Constraints in pods.go)
 COMPUTE = ("cpu", "memory")
@@ -218,12 +218,7 @@ def _containers(
 
 
 def _quantities(values: object, where: str) -> dict[str, int]:
-    values = _mapping(values, where)
-    parsed = {}
-    for resource, text in values.items():
-        validate_resource_name(resource)
-        parsed[resource] = parse_quantity(resource, text)
-    return parsed
+    return parse_resources(_mapping(values, where))
 
 
 def _cross_namespace(affinity: object) -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from quota_ledger import InvalidResourceQuota
+from quota_ledger import InvalidQuantity, InvalidResourceQuota
 from quota_ledger.kube import admission
 from quota_ledger.kube.pods import PodScopes, parse_pod
 from quota_ledger.kube.quotas import Requirement, hard_value, parse
@@ -314,3 +314,16 @@ def test_admission_config_needs_a_resource() -> None:
             {"kind": "ResourceQuotaConfiguration", "limitedResources": [{"matchContains": ["cpu"]}]}
         )
     assert refused.value.errors[0][0] == "limitedResources[0].resource"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"overhead": {"applications": "1"}},
+        {"containers": [{"name": "c", "resources": {"requests": {"applications": "1"}}}]},
+    ],
+)
+def test_a_pod_may_not_name_the_running_applications_counter(spec: dict[str, Any]) -> None:
+    # The ledger counts running applications under that name: a pod charging it would skew them.
+    with pytest.raises(InvalidQuantity, match="reserved resource name"):
+        parse_pod(_pod(**spec))
