@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -254,6 +255,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand this worker's counts to the controller's summary."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["quota_ledger_ran"] = dict(_ran)
+        output["quota_ledger_sources"] = dict(_sources)
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the pytest-xdist controller: add up what each worker ran (see pytest_sessionfinish)."""
+    output = getattr(node, "workeroutput", {})
+    _ran.update(output.get("quota_ledger_ran", {}))
+    _sources.update(output.get("quota_ledger_sources", {}))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
