@@ -259,7 +259,7 @@ def _audit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
 
 
 def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    source = _read_source(args.file)
+    source = cli_config.read_source(args.file)
     before = engine.config_version()
     with cli_progress.bar(f"applying {args.file}", None):
         version = engine.apply_config(source, allow_removing_all=args.allow_removing_all)
@@ -271,7 +271,7 @@ def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -
 
 
 def _config_validate(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    problems = engine.validate_config(_read_source(args.file))
+    problems = engine.validate_config(cli_config.read_source(args.file))
     if args.json:
         _emit([dataclasses.asdict(p) for p in problems])
     elif not problems:
@@ -316,13 +316,13 @@ def _app_summary(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _namespace_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    queue = engine.apply_namespace(_read_source(args.file), partition=args.partition)
+    queue = engine.apply_namespace(cli_config.read_source(args.file), partition=args.partition)
     _say(args, {"queue": queue}, "namespace placed on {queue}")
     return 0
 
 
 def _quota_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    status = engine.apply_resource_quota(_read_source(args.file), partition=args.partition)
+    status = engine.apply_resource_quota(cli_config.read_source(args.file), partition=args.partition)
     _emit(status)
     return 0
 
@@ -339,31 +339,22 @@ def _quota_status(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -
 
 
 def _admission_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    engine.apply_admission_config(_read_source(args.file), partition=args.partition)
+    engine.apply_admission_config(cli_config.read_source(args.file), partition=args.partition)
     _say(args, {"file": args.file}, "admission configuration applied from {file}")
     return 0
 
 
 def _pod_reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    made = engine.reserve_pod(_read_source(args.file), partition=args.partition, ttl=args.ttl, key=args.key)
+    manifest = cli_config.read_source(args.file)
+    made = engine.reserve_pod(manifest, partition=args.partition, ttl=args.ttl, key=args.key)
     return _print_reservation(args, made)
 
 
 def _pod_release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     done = engine.release_pod(
-        _read_source(args.file), partition=args.partition, key=args.key, finished=args.finished
+        cli_config.read_source(args.file), partition=args.partition, key=args.key, finished=args.finished
     )
     return _print_reservation(args, done)
-
-
-def _read_source(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as error:
-        raise InvalidRequest(f"cannot read {path}: {error.strerror}", field="file") from error
 
 
 # -- parsing and printing ------------------------------------------------------------------------

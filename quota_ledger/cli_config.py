@@ -26,7 +26,7 @@ def register(config: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _config_diff(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    found = engine.diff_config(_read(args.file))
+    found = engine.diff_config(read_source(args.file))
     if args.json:
         print(json.dumps(found.as_dict(), indent=2, sort_keys=True))
     else:
@@ -108,7 +108,8 @@ def _aligned(rows: list[tuple[str, str, str, str]]) -> list[str]:
     ]
 
 
-def _read(path: str) -> str:
+def read_source(path: str) -> str:
+    """The text of a FILE argument (``-`` for standard input); an unreadable file is a typed error."""
     if path == "-":
         return sys.stdin.read()
     try:
