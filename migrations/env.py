@@ -7,10 +7,10 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from quota_ledger import location
 from quota_ledger.driver.dialect import build_engine
+from quota_ledger.driver.migrate import VERSION_TABLE
 from quota_ledger.driver.schema import metadata
-from quota_ledger.migrate import VERSION_TABLE
+from quota_ledger.service import location
 
 config = context.config
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from quota_ledger.config_diff import ConfigDiff, LimitChange, OverLimit
+from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
 from quota_ledger.driver import DbQuotaDriver
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import (
+from quota_ledger.model.errors import (
     AmbiguousReservationId,
     ApplicationNotFound,
     ConfigError,
@@ -33,8 +33,8 @@ from quota_ledger.errors import (
     UsageUnderflow,
     UserNotFound,
 )
-from quota_ledger.quantity import format_human, format_quantity, parse_quantity
-from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
+from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
+from quota_ledger.model.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
 
 __all__ = [
     "AmbiguousReservationId",

@@ -11,28 +11,17 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from quota_ledger import (
-    arguments,
-    auditing,
-    batch_loop,
-    charging,
-    configuring,
-    identity,
-    namespaces,
-    plain,
-    queues,
-    quota_charging,
-    reports,
-    resolving,
-    tracking,
-    validation,
-)
-from quota_ledger import limits as limit_rules
+from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
-from quota_ledger.config_diff import ConfigDiff
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.statements import LedgerTx, MissingCounters, StoredReservation
-from quota_ledger.errors import (
+from quota_ledger.driver.statements import LedgerTx, MissingCounters
+from quota_ledger.kube import admission as kube_admission
+from quota_ledger.kube import namespaces, pods
+from quota_ledger.kube import quotas as kube_quotas
+from quota_ledger.ledger import applications, audit, batches, configure, functions, resolve, resource_quotas
+from quota_ledger.model import arguments, identity, queues, reports, tracking, validation
+from quota_ledger.model import limits as limit_rules
+from quota_ledger.model.errors import (
     ApplicationNotFound,
     GroupNotFound,
     InvalidRequest,
@@ -42,13 +31,17 @@ from quota_ledger.errors import (
     ResourceQuotaNotFound,
     UserNotFound,
 )
-from quota_ledger.kube import admission as kube_admission
-from quota_ledger.kube import pods
-from quota_ledger.kube import quotas as kube_quotas
-from quota_ledger.limits import QUEUE, SUBTREE
-from quota_ledger.quantity import APPLICATIONS, parse_limits, parse_resources
-from quota_ledger.tracking import AppState
-from quota_ledger.values import ConfigProblem, Drift, Reservation, ReservationState, Usage
+from quota_ledger.model.limits import QUEUE, SUBTREE
+from quota_ledger.model.quantity import APPLICATIONS, parse_limits, parse_resources
+from quota_ledger.model.tracking import AppState
+from quota_ledger.model.values import (
+    ConfigProblem,
+    Drift,
+    Reservation,
+    ReservationState,
+    StoredReservation,
+    Usage,
+)
 
 T = TypeVar("T")
 DEFAULT_PARTITION = "default"
@@ -109,7 +102,7 @@ class QuotaEngine:
 
     def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema with Alembic (to ``head`` by default). Safe to call repeatedly."""
-        from quota_ledger import migrate
+        from quota_ledger.driver import migrate
 
         with self.driver.translated():
             migrate.upgrade(self.driver.engine, revision)
@@ -143,7 +136,7 @@ class QuotaEngine:
         wanted = parse_limits(resources)
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
-        edit = configuring.set_queue_max(partition, queue, wanted)
+        edit = configure.set_queue_max(partition, queue, wanted)
         return self.driver.run(lambda tx: self._apply(tx, edit))
 
     # -- configuration -----------------------------------------------------------------------
@@ -160,7 +153,7 @@ class QuotaEngine:
         """
         source = arguments.read_path(source)
         allow = validation.flag(allow_removing_all, "allow_removing_all")
-        edit = configuring.replace_with(source)
+        edit = configure.replace_with(source)
         return self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
 
     def diff_config(self, source: Any) -> ConfigDiff:
@@ -169,12 +162,12 @@ class QuotaEngine:
         then be over its limit. Raises :class:`ConfigError` as applying it would."""
         source = arguments.read_path(source)
         return self.driver.run(
-            lambda tx: configuring.diff(tx, source, self.bounds), isolation="REPEATABLE READ"
+            lambda tx: configure.diff(tx, source, self.bounds), isolation="REPEATABLE READ"
         )
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
         """Every problem of a configuration; changes nothing (empty list: it would apply)."""
-        return configuring.check(arguments.read_path(source), self.bounds)[1]
+        return configure.check(arguments.read_path(source), self.bounds)[1]
 
     def apply_namespace(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> str:
         """Place a Kubernetes Namespace (dict or YAML, as Kubernetes serves it) on its queue.
@@ -188,7 +181,7 @@ class QuotaEngine:
         found = namespaces.placement(manifest)
         if found.max is not None:
             self.bounds.limit_set(found.max, namespaces.QUOTA)
-        edit = configuring.set_namespace_max(partition, found.queue, found.max)
+        edit = configure.set_namespace_max(partition, found.queue, found.max)
 
         def work(tx: LedgerTx) -> str:
             self._apply(tx, edit)
@@ -358,8 +351,8 @@ class QuotaEngine:
 
         if self.driver.functions and positive:
             rules_now = self._known_rules()
-            charges = plain.quota_charges(rules_now, partition, queue, namespace, kube, missing)
-            who = plain.identity_of(
+            charges = functions.quota_charges(rules_now, partition, queue, namespace, kube, missing)
+            who = functions.identity_of(
                 rules_now,
                 partition,
                 queue,
@@ -369,7 +362,7 @@ class QuotaEngine:
                 application=identity["application"],
             )
             if charges is not None:
-                created = plain.reserve(
+                created = functions.reserve(
                     self.driver,
                     rules_now,
                     reservation_id,
@@ -396,7 +389,7 @@ class QuotaEngine:
                 return found.reservation  # the first attempt committed before the connection dropped
             now = tx.lock_partition(partition, exclusive=False)
             rules = self._rules(tx).partition(partition)
-            quotas = quota_charging.admit(rules, queue, namespace, kube, missing)
+            quotas = resource_quotas.admit(rules, queue, namespace, kube, missing)
             reservation = pending(now)
             # Write our own new rows first and lock the shared counters last, so they are held
             # only for check, update and commit. A refusal rolls the inserts back.
@@ -404,8 +397,8 @@ class QuotaEngine:
             if not positive:
                 tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
             app: AppState | None = None
-            if charging.tracked(identity["user"], identity["application"]):
-                app = charging.open_app(
+            if applications.tracked(identity["user"], identity["application"]):
+                app = applications.open_app(
                     tx,
                     rules,
                     partition=partition,
@@ -416,7 +409,7 @@ class QuotaEngine:
                     now=now,
                 )
                 tracking.add_reserved(app, positive)
-                charging.save(tx, app)
+                applications.save(tx, app)
             # A new application counts against every maxapplications on its way to root.
             requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
             pairs = [(queue, r) for r in positive]
@@ -433,18 +426,18 @@ class QuotaEngine:
                 self.bounds.partition(tx.resource_names(partition) | set(positive), partition)
                 raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
             limits = tx.lock_subtree_counters(partition, chain, requested)
-            scoped = charging.lock_for_reserve(tx, rules, app, requested) if app is not None else []
-            charged = quota_charging.lock(tx, partition, queue, quotas, quota_usage)
+            scoped = applications.lock_for_reserve(tx, rules, app, requested) if app is not None else []
+            charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
             broken = limit_rules.violations(partition, requested, [*limits, *scoped])
-            broken += quota_charging.violations(partition, quota_usage, charged)
+            broken += resource_quotas.violations(partition, quota_usage, charged)
             if broken:
                 raise OverQuota(broken)
             limit_rules.check_overflow(positive, [*own.values(), *limits, *scoped])
             limit_rules.check_overflow(quota_usage, charged, field="in_use")
             shared = [*own.values(), *limits]
-            tx.apply_counter_deltas({c.id: resolving.reserve_delta(c, requested) for c in shared}, now)
-            tx.apply_identity_deltas({c.id: resolving.reserve_delta(c, requested) for c in scoped}, now)
-            quota_charging.charge(tx, charged, quota_usage, +1, now)
+            tx.apply_counter_deltas({c.id: resolve.reserve_delta(c, requested) for c in shared}, now)
+            tx.apply_identity_deltas({c.id: resolve.reserve_delta(c, requested) for c in scoped}, now)
+            resource_quotas.charge(tx, charged, quota_usage, +1, now)
             return reservation
 
         return self.driver.run(work)
@@ -478,7 +471,7 @@ class QuotaEngine:
         partial = None if resources is None else self._bounded(resources, self.bounds.request)
         operation_id = str(uuid.uuid4())
         if partial is None and self.driver.functions:
-            done = plain.commit(self.driver, reservation_id, operation_id)
+            done = functions.commit(self.driver, reservation_id, operation_id)
             if done is not None:
                 return done
 
@@ -491,9 +484,9 @@ class QuotaEngine:
                 raise ReservationStateError(current.id, current.state, "commit")
             if now.replace(tzinfo=UTC) >= current.expires_at:
                 rules = self._rules(tx).partition(current.partition)
-                return resolving.resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", rules), True
+                return resolve.resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", rules), True
             committed = arguments.commit_amounts(current, partial)
-            done = resolving.resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id)
+            done = resolve.resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id)
             return done, False
 
         result, expired = self.driver.run(work)
@@ -514,7 +507,7 @@ class QuotaEngine:
             if current.state is not ReservationState.PENDING:
                 return current
             rules = self._rules(tx).partition(current.partition)
-            return resolving.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
+            return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
 
         return self.driver.run(work)
 
@@ -546,7 +539,7 @@ class QuotaEngine:
         def work(tx: LedgerTx) -> None:
             if tx.attempt and tx.operation_recorded(operation_id):
                 return  # the first attempt committed before the connection dropped
-            resolving.release_in_use(
+            resolve.release_in_use(
                 tx, partition, queue, amounts, user, application, finished, operation_id, tx.db_now()
             )
 
@@ -568,12 +561,12 @@ class QuotaEngine:
             current = stored.reservation
             rules = self._rules(tx).partition(current.partition)
             if current.state is ReservationState.PENDING:
-                return resolving.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
+                return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
             if current.state is not ReservationState.COMMITTED or current.released_at is not None:
                 return current
             tx.mark_released(current.id, now)
             amounts = {res: v for res, v in (current.committed or {}).items() if v > 0}
-            resolving.release_in_use(
+            resolve.release_in_use(
                 tx,
                 current.partition,
                 current.queue,
@@ -585,7 +578,7 @@ class QuotaEngine:
                 now,
                 reservation_id=current.id,
             )
-            resolving.leave_quotas(tx, rules, [stored], now)
+            resolve.leave_quotas(tx, rules, [stored], now)
             return replace(current, released_at=now.replace(tzinfo=UTC))
 
         return self.driver.run(work)
@@ -669,7 +662,7 @@ class QuotaEngine:
             quota = rules.quota(key)
             if quota is None:
                 raise ResourceQuotaNotFound(key)
-            counters = tx.identity_counters(partition, lock=False, kinds=[quota_charging.QUOTA])
+            counters = tx.identity_counters(partition, lock=False, kinds=[resource_quotas.QUOTA])
             used = {c.resource: c.in_use for c in counters if c.name == key}
             return {
                 "hard": {res: kube_quotas.format_value(res, v) for res, v in quota.hard.items()},
@@ -698,31 +691,31 @@ class QuotaEngine:
         sweeps as fast as the database allows.
         """
         validation.sweep_options(batch_size, max_batches, workers, max_rate)
-        budget = batch_loop.Budget(max_batches)
-        pacer = batch_loop.Pacer(max_rate)
+        budget = batches.Budget(max_batches)
+        pacer = batches.Pacer(max_rate)
         total = 0
         for partition in self.driver.partitions():
             # Plain reservations first, a whole batch per server-side call (PostgreSQL) ...
             if self.driver.functions:
                 plain_batch = partial(self._expire_plain, partition, batch_size)
-                total += batch_loop.run(plain_batch, batch_size, budget, workers, pacer)
+                total += batches.run(plain_batch, batch_size, budget, workers, pacer)
             # ... then everything else (and, on the other engines, everything).
             batch = partial(
                 self.driver.run,
                 partial(
-                    resolving.expire_batch,
+                    resolve.expire_batch,
                     partition=partition,
                     batch_size=batch_size,
                     rules_of=partial(self._partition_rules, partition=partition),
                 ),
             )
-            total += batch_loop.run(batch, batch_size, budget, workers, pacer)
+            total += batches.run(batch, batch_size, budget, workers, pacer)
         return total
 
     def _expire_plain(self, partition: str, batch_size: int) -> int:
         for _attempt in range(3):
             rules = self._known_rules()
-            count = plain.expire_batch(self.driver, rules, partition, batch_size)
+            count = functions.expire_batch(self.driver, rules, partition, batch_size)
             if count is not None:
                 return count
             self.driver.run(self._rules)  # the configuration changed: compile the new one
@@ -830,11 +823,11 @@ class QuotaEngine:
         for name in names:
             if fix:
                 rules_of = partial(self._partition_rules, partition=name)
-                drifts += self.driver.run(partial(auditing.fix_partition, partition=name, rules_of=rules_of))
+                drifts += self.driver.run(partial(audit.fix_partition, partition=name, rules_of=rules_of))
             else:
                 drifts += self.driver.run(
                     partial(
-                        auditing.read_drift,
+                        audit.read_drift,
                         partition=name,
                         rules_of=partial(self._partition_rules, partition=name),
                     ),
@@ -858,8 +851,8 @@ class QuotaEngine:
             raise ReservationNotFound(reservation_id)
         return found
 
-    def _apply(self, tx: LedgerTx, edit: configuring.Edit | None = None, **kw: Any) -> int:
-        return configuring.apply(tx, edit, compiled=self._remember, bounds=self.bounds, **kw)
+    def _apply(self, tx: LedgerTx, edit: configure.Edit | None = None, **kw: Any) -> int:
+        return configure.apply(tx, edit, compiled=self._remember, bounds=self.bounds, **kw)
 
     def _remember(self, rules: Rules) -> None:
         """Keep the newest compiled configuration (plain reservations are checked against it)."""
@@ -873,7 +866,7 @@ class QuotaEngine:
         version = tx.config_version()
         compiled = self._compiled
         if compiled is None or compiled.version != version:
-            compiled = configuring.compile_stored(version, *tx.load_config(version))
+            compiled = configure.compile_stored(version, *tx.load_config(version))
             self._compiled = compiled
         return compiled
 

@@ -74,7 +74,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "hard_limit IS NULL OR hard_limit >= 0", name=op.f("ck_quota_usages_hard_limit_nonnegative")
         ),
-        sa.CheckConstraint("scope_type IN ('queue', 'subtree')", name=op.f("ck_quota_usages_scope_type_known")),
+        sa.CheckConstraint(
+            "scope_type IN ('queue', 'subtree')", name=op.f("ck_quota_usages_scope_type_known")
+        ),
         sa.CheckConstraint(
             "(scope_type = 'subtree' AND hard_limit IS NOT NULL) "
             "OR (scope_type = 'queue' AND hard_limit IS NULL)",

@@ -115,7 +115,9 @@ def upgrade() -> None:
         sa.Column("changed_at", _ts(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_quota_applications")),
         sa.UniqueConstraint("partition", "app_key", name=op.f("uq_quota_applications_partition_app_key")),
-        sa.CheckConstraint("state IN ('running', 'finished')", name=op.f("ck_quota_applications_state_known")),
+        sa.CheckConstraint(
+            "state IN ('running', 'finished')", name=op.f("ck_quota_applications_state_known")
+        ),
         sa.CheckConstraint("pending >= 0", name=op.f("ck_quota_applications_pending_nonnegative")),
         comment="Per-application usage: the source of user and group usage reports.",
     )

@@ -41,7 +41,9 @@ def upgrade() -> None:
         ),
         sa.Column("role", sa.String(16), nullable=False, comment="reader, service or admin"),
         sa.Column("partition", _name(64), nullable=True, comment="restricted to this partition; NULL = any"),
-        sa.Column("queue", _name(255), nullable=True, comment="restricted to this queue's subtree; NULL = any"),
+        sa.Column(
+            "queue", _name(255), nullable=True, comment="restricted to this queue's subtree; NULL = any"
+        ),
         sa.Column("created_at", _ts(), nullable=False),
         sa.Column("revoked_at", _ts(), nullable=True),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_quota_tokens")),

@@ -7,8 +7,8 @@ Configured quantities follow YuniKorn's rules (:func:`parse_config_quantity`), n
 
 from __future__ import annotations
 
+from quota_ledger.config.amounts import parse_config_quantity, parse_config_resources
 from quota_ledger.config.model import SchedulerConfig, dump, load
-from quota_ledger.config.quantity import parse_config_quantity, parse_config_resources
 from quota_ledger.config.validate import validate
 
 __all__ = [

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from quota_ledger.config.amounts import describe_error, parse_config_resources
 from quota_ledger.config.model import Limit, Queue
-from quota_ledger.config.quantity import describe_error, parse_config_resources
-from quota_ledger.errors import InvalidRequest
-from quota_ledger.quantity import format_quantity
-from quota_ledger.values import ConfigProblem
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.quantity import format_quantity
+from quota_ledger.model.values import ConfigProblem
 
 WILDCARD = "*"
 USER_NAME = re.compile(r"[_a-zA-Z][a-zA-Z0-9:#/_.@-]*[$]?", re.ASCII)

@@ -18,8 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
-from quota_ledger.errors import ConfigError
-from quota_ledger.values import ConfigProblem
+from quota_ledger.model.errors import ConfigError
+from quota_ledger.model.values import ConfigProblem
 
 ROOT = "root"
 DEFAULT_PARTITION = "default"
@@ -244,7 +244,7 @@ def load(source: Source) -> SchedulerConfig:
 
     Does not normalize or validate (see :func:`normalize` and
     :func:`quota_ledger.config.validate`). An empty document is YuniKorn's default
-    configuration (no partitions). Raises :class:`~quota_ledger.errors.ConfigError` with one
+    configuration (no partitions). Raises :class:`~quota_ledger.model.errors.ConfigError` with one
     problem per mistake found; no YAML or pydantic exception gets out.
     """
     config, problems = load_checked(source)

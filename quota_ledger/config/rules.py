@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quota_ledger import queues
+from quota_ledger.config.amounts import parse_config_resources
 from quota_ledger.config.model import Queue, SchedulerConfig
-from quota_ledger.config.quantity import parse_config_resources
 from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.admission import AdmissionConfig
 from quota_ledger.kube.quotas import ResourceQuota
-from quota_ledger.quantity import APPLICATIONS
+from quota_ledger.model import queues
+from quota_ledger.model.quantity import APPLICATIONS
 
 WILDCARD = "*"
 USER = "user"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from quota_ledger import queues
 from quota_ledger.config.limits_check import (
     Report,
     Resources,
@@ -31,8 +30,9 @@ from quota_ledger.config.limits_check import (
 )
 from quota_ledger.config.model import ROOT, Partition, Queue, SchedulerConfig, normalize
 from quota_ledger.config.placement import check_placement_rules
-from quota_ledger.errors import InvalidRequest
-from quota_ledger.values import ConfigProblem
+from quota_ledger.model import queues
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.values import ConfigProblem
 
 QUEUE_NAME = re.compile(r"[a-zA-Z0-9_:#/@-]{1,64}", re.ASCII)
 #: YuniKorn's queue name rule, in words

@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.statements import LedgerTx, MissingCounters
-from quota_ledger.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
+from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
 
 T = TypeVar("T")
 log = logging.getLogger("quota_ledger.driver")

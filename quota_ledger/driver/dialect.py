@@ -14,7 +14,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.schema import Table
 
-from quota_ledger.errors import InvalidRequest
+from quota_ledger.model.errors import InvalidRequest
 
 # First key of PostgreSQL's two-int advisory locks, so ours never collide with an application's.
 ADVISORY_NAMESPACE = 0x51_4C_44  # "QLD"

@@ -34,7 +34,7 @@ from sqlalchemy import (
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.schema import PENDING, quota_journal, reservation_items, reservations
-from quota_ledger.queues import subtree_bounds
+from quota_ledger.model.queues import subtree_bounds
 
 _J = quota_journal.c
 _R = reservations.c

@@ -6,7 +6,8 @@ from sqlalchemy import Connection, Integer, String, bindparam, func, select
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.schema import PENDING, reservations
-from quota_ledger.driver.statements import _READ_MANY, StoredReservation, _many
+from quota_ledger.driver.statements import _READ_MANY, _many
+from quota_ledger.model.values import StoredReservation
 
 _R = reservations.c
 # pending_summary: per partition, pending reservations and the oldest one's creation time.

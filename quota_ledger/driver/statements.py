@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,9 +46,9 @@ from quota_ledger.driver.schema import (
     reservations,
 )
 from quota_ledger.driver.tracking import TrackingStatements
-from quota_ledger.limits import QUEUE, SUBTREE, Counter
-from quota_ledger.queues import subtree_bounds
-from quota_ledger.values import Reservation, ReservationState
+from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.queues import subtree_bounds
+from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
 
 
 class MissingCounters(Exception):
@@ -70,16 +69,6 @@ class MissingCounters(Exception):
         self.pairs = list(pairs)
         self.identity = list(identity)
         super().__init__(f"missing counters in {partition}: {pairs} {identity}")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredReservation:
-    """A reservation as stored, with the hash that identifies its request."""
-
-    reservation: Reservation
-    request_hash: str
-    #: Kubernetes quota usage and scope attributes ({"usage": ..., "scopes": ...}); None if unknown
-    kube: dict[str, Any] | None = None
 
 
 _U = quota_usages.c

@@ -29,8 +29,8 @@ from quota_ledger.driver.schema import (
     quota_partitions,
     reservations,
 )
-from quota_ledger.limits import Counter
-from quota_ledger.tracking import AppState
+from quota_ledger.model.limits import Counter
+from quota_ledger.model.tracking import AppState
 
 _H = quota_config_head.c
 _C = quota_configs.c

@@ -9,13 +9,13 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from quota_ledger import sweeper
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import docs, errors, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.metrics import Metrics
-from quota_ledger.settings import Settings
+from quota_ledger.service import sweeper
+from quota_ledger.service.settings import Settings
 
 MAX_BODY = 1024 * 1024
 

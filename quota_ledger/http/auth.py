@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from fastapi import HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from quota_ledger import tokens
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.tokens import Token
+from quota_ledger.service import tokens
+from quota_ledger.service.tokens import Token
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="quota-ledger"'}
 

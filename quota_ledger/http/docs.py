@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from quota_ledger.http.auth import Authenticator
-from quota_ledger.tokens import Token
+from quota_ledger.service.tokens import Token
 
 ASSETS = "/docs/assets"
 #: Swagger UI's dist files, as the package installs them
@@ -43,9 +43,7 @@ def build(app: FastAPI, auth: Authenticator) -> APIRouter:
         return JSONResponse(document)
 
     @router.get("/docs")
-    def swagger(
-        request: Request, token: Annotated[str | None, Query(max_length=200)] = None
-    ) -> HTMLResponse:
+    def swagger(request: Request, token: Annotated[str | None, Query(max_length=200)] = None) -> HTMLResponse:
         auth.page_token(request, token, "reader", "the API documentation")
         page = get_swagger_ui_html(
             openapi_url="/openapi.json",

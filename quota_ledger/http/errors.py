@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from quota_ledger import errors
+from quota_ledger.model import errors
 
 log = logging.getLogger("quota_ledger.http")
 

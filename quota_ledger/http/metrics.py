@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from quota_ledger import overview
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import OverQuota, QuotaLedgerError
 from quota_ledger.http import errors as http_errors
+from quota_ledger.model.errors import OverQuota, QuotaLedgerError
+from quota_ledger.service import overview
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,7 +1,7 @@
 """Request and response bodies of the HTTP API (pydantic): the OpenAPI document is built from them.
 
 Request fields the Python API also takes are passed through as sent and checked by the engine
-(:mod:`quota_ledger.validation`), so that both refuse the same values with the same error; their
+(:mod:`quota_ledger.model.validation`), so that both refuse the same values with the same error; their
 types here only describe them in the OpenAPI document.
 """
 
@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from quota_ledger import history
-from quota_ledger.validation import MAX_GROUPS, MAX_NAME_LENGTH
-from quota_ledger.values import Reservation, Usage
+from quota_ledger.model import history
+from quota_ledger.model.validation import MAX_GROUPS, MAX_NAME_LENGTH
+from quota_ledger.model.values import Reservation, Usage
 
 _NULL = {"type": "null"}
 #: a quantity string (``"250m"``, ``"4Gi"``) or an integer; floats and booleans are refused

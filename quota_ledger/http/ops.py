@@ -6,13 +6,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 
-from quota_ledger import migrate
+from quota_ledger.driver import migrate
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import QuotaLedgerError
 from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import CONTENT_TYPE, Metrics
-from quota_ledger.tokens import Token
+from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.service.tokens import Token
 
 
 def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRouter:

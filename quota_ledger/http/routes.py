@@ -7,15 +7,16 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from quota_ledger import history, overview, queues, short_ids, validation
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.errors import IdempotencyConflict, ReservationNotFound
 from quota_ledger.http import config_models, config_views, models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
-from quota_ledger.tokens import Token
-from quota_ledger.values import Reservation
+from quota_ledger.model import history, queues, short_ids, validation
+from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
+from quota_ledger.model.values import Reservation
+from quota_ledger.service import overview
+from quota_ledger.service.tokens import Token
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": models.ErrorOut, "description": text}

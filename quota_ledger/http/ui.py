@@ -21,11 +21,12 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from quota_ledger import history, overview, queues
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import models, ui_tables
 from quota_ledger.http.auth import Authenticator, check_scope
-from quota_ledger.values import Usage
+from quota_ledger.model import history, queues
+from quota_ledger.model.values import Usage
+from quota_ledger.service import overview
 
 _e = html.escape
 

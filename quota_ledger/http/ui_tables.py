@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from quota_ledger.values import Reservation, Usage
+from quota_ledger.model.values import Reservation, Usage
 
 WARN_AT = 0.8
 _e = html.escape

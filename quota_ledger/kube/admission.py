@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quota_ledger import validation
-from quota_ledger.errors import InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import Requirement, ResourceQuota, parse_requirements
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest, InvalidResourceQuota
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quota_ledger import validation
-from quota_ledger.errors import InvalidRequest
-from quota_ledger.quantity import parse_resources
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.quantity import parse_resources
 
 #: compute resources a quota can demand on every container (Constraints in pods.go)
 COMPUTE = ("cpu", "memory")

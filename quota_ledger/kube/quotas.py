@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quota_ledger import validation
-from quota_ledger.errors import InvalidQuantity, InvalidRequest, InvalidResourceQuota
 from quota_ledger.kube.pods import PodScopes
-from quota_ledger.quantity import KUBE_CPU_NAMES, MAX_QUANTITY, format_quantity, parse_fraction
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidQuantity, InvalidRequest, InvalidResourceQuota
+from quota_ledger.model.quantity import KUBE_CPU_NAMES, MAX_QUANTITY, format_quantity, parse_fraction
 
 SCOPES = (
     "Terminating",

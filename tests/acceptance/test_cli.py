@@ -24,7 +24,12 @@ def cli(
         env["QUOTA_LEDGER_DB"] = db.render_as_string(hide_password=False) if isinstance(db, URL) else db
     return subprocess.run(
         [sys.executable, "-m", "quota_ledger.cli", *args],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
     )
 
 
@@ -35,8 +40,9 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_reserve_commit_rollback_release_flow(db_url: URL) -> None:
     ok(cli("limits", "set", "root.project-a", "fpga=5", "memory=64Gi", db=db_url))
-    reserved = json.loads(ok(cli("reserve", "root.project-a", "fpga=2", "memory=4Gi", "--key", "r1",
-                                 "--json", db=db_url)))
+    reserved = json.loads(
+        ok(cli("reserve", "root.project-a", "fpga=2", "memory=4Gi", "--key", "r1", "--json", db=db_url))
+    )
     assert reserved["state"] == "pending"
     assert reserved["resources"] == {"fpga": 2, "memory": 4 * 2**30}
     refused = cli("reserve", "root.project-a.x", "fpga=4", "--json", db=db_url)
@@ -113,7 +119,10 @@ def test_sweep_loop_stops_on_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "QUOTA_LEDGER_DB": db}
     proc = subprocess.Popen(
         [sys.executable, "-m", "quota_ledger.cli", "sweep", "--interval", "0.1", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 30
@@ -225,7 +234,8 @@ def test_quota_admission_and_pod_commands(tmp_path: Path) -> None:
         (tmp_path / "pod.yaml").read_text().replace("u-1", "u-2").replace("name: web", "name: web2")
     )
     assert json.loads(ok(cli("quota", "apply", str(tmp_path / "quota.yaml"), db=db)))["used"] == {
-        "pods": "0", "requests.cpu": "0"
+        "pods": "0",
+        "requests.cpu": "0",
     }
     reserved = json.loads(ok(cli("pod", "reserve", str(tmp_path / "pod.yaml"), "--json", db=db)))
     assert reserved["key"] == "u-1"
@@ -251,7 +261,10 @@ def test_serve_and_tokens(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "QUOTA_LEDGER_DB"} | {"QUOTA_LEDGER_DB": db}
     server = subprocess.Popen(
         [sys.executable, "-m", "quota_ledger.cli", "serve", "--port", "0", "--no-sweep"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert server.stdout is not None

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from quota_ledger import QuotaEngine, tokens
+from quota_ledger import QuotaEngine
 from quota_ledger.cli import main
-from quota_ledger.short_ids import MIN_PREFIX
+from quota_ledger.model.short_ids import MIN_PREFIX
+from quota_ledger.service import tokens
 
 EXIT_OVER_QUOTA = 3
 CONFIG = """
@@ -90,8 +91,21 @@ def test_a_refusal_speaks_in_human_units_and_json_keeps_base_units(cli: Cli, db:
 def test_users_and_groups_print_tables_with_limits(cli: Cli, db: str, tmp_path: Path) -> None:
     (tmp_path / "q.yaml").write_text(CONFIG)
     ok(cli("config", "apply", str(tmp_path / "q.yaml"), db=db))
-    ok(cli("reserve", "root.dev", "vcore=500m", "memory=1Gi", "--user", "sue", "--group", "dev",
-           "--application", "app-1", db=db))
+    ok(
+        cli(
+            "reserve",
+            "root.dev",
+            "vcore=500m",
+            "memory=1Gi",
+            "--user",
+            "sue",
+            "--group",
+            "dev",
+            "--application",
+            "app-1",
+            db=db,
+        )
+    )
     users = rows(ok(cli("users", db=db)))
     assert users[0] == ["USER", "QUEUE", "APPLICATIONS", "RESOURCE", "USED", "LIMIT", "AVAILABLE"]
     assert ["root.dev", "1/2", "memory", "1Gi", "8Gi", "7Gi"] in users
@@ -116,8 +130,12 @@ def test_usage_without_a_queue_shows_the_tree(cli: Cli, db: str) -> None:
     assert memory_a[:7] == ["a", "memory", "0", "2Gi", "8Gi", "6Gi", "25.0%"]
     assert ["pods", "0", "3", "-", "-"] in [line.split()[-5:] for line in tree]
     as_json = json.loads(ok(cli("usage", "--json", db=db)))
-    assert as_json["root.a"]["memory"] == {"in_use": 0, "reserved": 2 * 2**30, "limit": 8 * 2**30,
-                                           "available": 6 * 2**30}
+    assert as_json["root.a"]["memory"] == {
+        "in_use": 0,
+        "reserved": 2 * 2**30,
+        "limit": 8 * 2**30,
+        "available": 6 * 2**30,
+    }
 
 
 def test_tokens_list_has_a_header_row_and_never_the_token(cli: Cli, db: str) -> None:
@@ -226,19 +244,26 @@ def test_long_work_draws_a_bar_on_a_terminal_and_none_in_a_script(tmp_path: Path
     ledger = _expired_ledger(tmp_path / "again", 200)
     scripted = subprocess.run(
         [sys.executable, "-c", SCRIPT, ledger, str(config)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert scripted.returncode == 0, scripted.stderr
     assert scripted.stderr == ""
     assert scripted.stdout.splitlines() == [
-        "==> sweep", "expired 200 reservations", "==> audit",
-        "audit clean: every counter matches the ledger history", "==> config",
+        "==> sweep",
+        "expired 200 reservations",
+        "==> audit",
+        "audit clean: every counter matches the ledger history",
+        "==> config",
         "applied configuration version 1",
     ]
 
 
 def test_only_a_terminal_wants_a_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from quota_ledger import cli_progress
+    from quota_ledger.cli import progress as cli_progress
 
     leader, follower = pty.openpty()
     try:

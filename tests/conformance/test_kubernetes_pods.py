@@ -17,12 +17,12 @@ import pytest
 from upstream_cases import agree
 
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.errors import PodMissingResources
 from quota_ledger.kube import quotas
 from quota_ledger.kube.pods import parse_pod
 from quota_ledger.kube.quotas import Requirement
-from quota_ledger.quantity import parse_quantity
-from quota_ledger.quota_charging import admit
+from quota_ledger.ledger.resource_quotas import admit
+from quota_ledger.model.errors import PodMissingResources
+from quota_ledger.model.quantity import parse_quantity
 
 FILE = "pkg/quota/v1/evaluator/core/pods_test.go"
 PHASES = "the ledger counts live reservations, not pod phases: a finished pod is released, not re-evaluated"

@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import pytest
 
-from quota_ledger.errors import InvalidQuantity
-from quota_ledger.quantity import MAX_QUANTITY, format_quantity, parse_fraction, parse_quantity
+from quota_ledger.model.errors import InvalidQuantity
+from quota_ledger.model.quantity import MAX_QUANTITY, format_quantity, parse_fraction, parse_quantity
 
 TEST = "TestQuantityParse"
 KI, MI, GI, TI, PI, EI = (1024**n for n in range(1, 7))

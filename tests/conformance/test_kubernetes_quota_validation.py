@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from quota_ledger.errors import InvalidResourceQuota
 from quota_ledger.kube import quotas
+from quota_ledger.model.errors import InvalidResourceQuota
 
 SPEC = {
     "hard": {

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from upstream_cases import agree, load, params
 
-from quota_ledger import configuring
 from quota_ledger.config import load as load_config
 from quota_ledger.config.model import normalize
+from quota_ledger.ledger import configure
 
 TABLE = load("yunikorn_config_test.yaml")
 CASES = TABLE["cases"]
@@ -26,7 +26,7 @@ def by_test(test: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("case", "reason"), params(CASES))
 def test_config_document_outcome(case: dict[str, Any], reason: str | None) -> None:
-    _, problems = configuring.check(case["document"])
+    _, problems = configure.check(case["document"])
     outcome = "refused" if problems else "accepted"
     same = outcome == case["expect"]
     if same and case.get("queue"):  # upstream names where the error is: so must we
@@ -110,5 +110,5 @@ def test_placement_rules_load_as_written() -> None:
 
 def test_an_empty_document_is_the_default_configuration() -> None:
     """TestLoadSchedulerConfigFromByteArray "Empty config": no partitions, nothing wrong."""
-    config, problems = configuring.check("")
+    config, problems = configure.check("")
     assert (config.partitions, problems) == ((), [])

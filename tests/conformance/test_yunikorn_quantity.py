@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from quota_ledger.config.quantity import parse_config_quantity
-from quota_ledger.errors import InvalidQuantity
+from quota_ledger.config.amounts import parse_config_quantity
+from quota_ledger.model.errors import InvalidQuantity
 
 K, M, G, T, P, E = (1000**n for n in range(1, 7))
 Ki, Mi, Gi, Ti, Pi, Ei = (1024**n for n in range(1, 7))

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from upstream_cases import agree, load, params
 
-from quota_ledger import configuring
 from quota_ledger.config.limits_check import Report, check_limit_hierarchy, check_queue_limits
 from quota_ledger.config.model import Partition, PlacementRule, Queue
 from quota_ledger.config.placement import check_rule
 from quota_ledger.config.validate import check_node_sort_policy
+from quota_ledger.ledger import configure
 
 FILE = "pkg/common/configs/configvalidator_test.go"
 TABLE = load("yunikorn_configvalidator_test.yaml")
@@ -132,7 +132,7 @@ NAME_CASES = [
 def test_placement_filter_names(kind: str, name: str, accepted: bool) -> None:
     """A one-entry filter list holds a valid name or a regular expression (checkPlacementFilter)."""
     users, groups = ([name], ["ok"]) if kind == "users" else (["ok"], [name])
-    _, problems = configuring.check(_filter_document(users, groups))
+    _, problems = configure.check(_filter_document(users, groups))
     assert (problems == []) is accepted, problems
 
 
@@ -144,7 +144,7 @@ def test_placement_filter_names(kind: str, name: str, accepted: bool) -> None:
 def test_is_queue_name_valid(name: str, accepted: bool) -> None:
     """TestIsQueueNameValid, as a child queue of root."""
     document = {"partitions": [{"name": "default", "queues": [{"name": "root", "queues": [{"name": name}]}]}]}
-    _, problems = configuring.check(document)
+    _, problems = configure.check(document)
     assert (problems == []) is accepted, problems
 
 
@@ -214,8 +214,7 @@ PLACEMENT_RULES = {
     ),
     "referencing root.default.leaf under the leaf default": (
         [{"name": "fixed", "value": "root.default.leaf"}],
-        "placement rule #0 (fixed) names queue root.default.leaf, which cannot be created: "
-        "default is a leaf",
+        "placement rule #0 (fixed) names queue root.default.leaf, which cannot be created: default is a leaf",
     ),
     "two fixed rules of a chain with fully qualified queues": (
         [
@@ -236,7 +235,7 @@ PLACEMENT_RULES = {
 )
 def test_check_placement_rules(rules: list[dict[str, Any]], problem: str | None) -> None:
     document = {"partitions": [{"name": "default", "queues": PLACEMENT_QUEUES, "placementrules": rules}]}
-    _, found = configuring.check(document)
+    _, found = configure.check(document)
     if problem is None:
         assert found == []
     else:

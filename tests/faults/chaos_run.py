@@ -43,7 +43,8 @@ from chaos_callers import (
 from chaos_report import FaultRecord, Report, Stats, recovery
 from pg_cluster import PgCluster, free_port
 
-from quota_ledger import DatabaseUnavailable, QuotaEngine, tokens
+from quota_ledger import DatabaseUnavailable, QuotaEngine
+from quota_ledger.service import tokens
 
 T = TypeVar("T")
 

@@ -11,9 +11,10 @@ import uvicorn
 from http_support import Service
 from sqlalchemy.engine import URL
 
-from quota_ledger import QuotaEngine, tokens
+from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.settings import Settings
+from quota_ledger.service import tokens
+from quota_ledger.service.settings import Settings
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ import pytest
 from fastapi import FastAPI
 from http_support import Service
 
-from quota_ledger import QuotaEngine, tokens
+from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.settings import Settings
+from quota_ledger.service import tokens
+from quota_ledger.service.settings import Settings
 
 TEXT_LINE = (
     r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1 GET /v1/limits 200 \d+\.\dms token=test-reader$"
@@ -89,20 +90,29 @@ def test_serve_logs_requests_as_json_and_the_application_summary_at_info(tmp_pat
     run = [sys.executable, "-m", "quota_ledger.cli"]
     subprocess.run([*run, "db", "upgrade"], env=env, check=True, capture_output=True, timeout=120)
     secret = subprocess.run(
-        [*run, "tokens", "add", "svc", "--role", "service"], env=env, check=True, capture_output=True,
-        text=True, timeout=120,
+        [*run, "tokens", "add", "svc", "--role", "service"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout.strip()
     # the switch wins over the setting
     server = subprocess.Popen(
         [*run, "serve", "--port", "0", "--no-sweep", "--access-log", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert server.stdout is not None
         base = server.stdout.readline().split()[3]
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {secret}"}) as client:
-            made = client.post("/v1/reservations", json={"queue": "root.a", "resources": {"fpga": 1},
-                                                         "application": "app-1", "user": "sue"}).json()
+            made = client.post(
+                "/v1/reservations",
+                json={"queue": "root.a", "resources": {"fpga": 1}, "application": "app-1", "user": "sue"},
+            ).json()
             assert client.post(f"/v1/reservations/{made['id']}/commit").status_code == 200
             released = client.post(f"/v1/reservations/{made['id']}/release", json={"finished": True})
             assert released.status_code == 200
@@ -112,7 +122,9 @@ def test_serve_logs_requests_as_json_and_the_application_summary_at_info(tmp_pat
         _, err = server.communicate(timeout=30)
     requests = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert [(r["method"], r["status"], r["token"]) for r in requests] == [
-        ("POST", 201, "svc"), ("POST", 200, "svc"), ("POST", 200, "svc")
+        ("POST", 201, "svc"),
+        ("POST", 200, "svc"),
+        ("POST", 200, "svc"),
     ]
     summary = [line for line in err.splitlines() if "QUOTA_APP_SUMMARY: " in line]
     assert len(summary) == 1

@@ -17,7 +17,10 @@ def chromium(*args: str) -> subprocess.CompletedProcess[str]:
     assert binary, "Debian's chromium is needed for this test (scripts/test installs it as root)"
     return subprocess.run(
         [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

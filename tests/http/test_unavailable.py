@@ -10,7 +10,7 @@ import uvicorn
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.settings import Settings
+from quota_ledger.service.settings import Settings
 
 
 def test_a_dead_database_gives_503_with_retry_after() -> None:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from quota_ledger import ConfigError, InvalidRequest, OverQuota, QuotaEngine, RemovesAllLimits
-from quota_ledger.config_diff import LimitChange, OverLimit
+from quota_ledger.config.diff import LimitChange, OverLimit
 
 GI = 2**30
 CONFIG = """

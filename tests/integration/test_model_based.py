@@ -43,8 +43,8 @@ from quota_ledger import (
     Usage,
     UsageUnderflow,
 )
-from quota_ledger.quantity import format_quantity
-from quota_ledger.queues import in_subtree, lineage
+from quota_ledger.model.quantity import format_quantity
+from quota_ledger.model.queues import in_subtree, lineage
 
 # root.ab sorts right after root.a and shares its prefix: a subtree sum must not mix them up
 QUEUES = ("root.a", "root.a.x", "root.ab", "root.b")

@@ -22,9 +22,8 @@ from quota_ledger import (
     ReservationNotFound,
     ReservationState,
     ReservationStateError,
-    migrate,
 )
-from quota_ledger.driver import pg_functions
+from quota_ledger.driver import migrate, pg_functions
 from quota_ledger.driver.dialect import normalize_url
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from quota_ledger import QuotaEngine, overview, short_ids
-from quota_ledger.errors import AmbiguousReservationId, ReservationIdTooShort, ReservationNotFound
+from quota_ledger import QuotaEngine
+from quota_ledger.model import short_ids
+from quota_ledger.model.errors import AmbiguousReservationId, ReservationIdTooShort, ReservationNotFound
+from quota_ledger.service import overview
 
 
 def test_the_prefix_lookup_finds_exactly_the_ids_that_start_with_it(ledger: QuotaEngine) -> None:

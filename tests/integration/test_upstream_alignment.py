@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quota_ledger import ConfigError, InvalidRequest, OverQuota, QuotaEngine
-from quota_ledger.configuring import EMPTY_DOCUMENT
+from quota_ledger.ledger.configure import EMPTY_DOCUMENT
 
 LIMITED = """
 partitions:

@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.engine import URL
 
-from quota_ledger import InvalidRequest, QuotaEngine, overview
+from quota_ledger import InvalidRequest, QuotaEngine
 from quota_ledger.driver import history as statements
 from quota_ledger.driver.schema import quota_journal, reservations
-from quota_ledger.history import UsageHistory
+from quota_ledger.model.history import UsageHistory
+from quota_ledger.service import overview
 
 CORE = 1000  # vcore is counted in milli-cores
 

@@ -19,7 +19,7 @@ from quota_ledger import (
     QuotaLedgerError,
     ReservationNotFound,
 )
-from quota_ledger.errors import TooManyResources
+from quota_ledger.model.errors import TooManyResources
 
 HOSTILE_NAMES = ["a\x00b", "\ud800", "x\udfff", "\x00"]
 

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import inspect
 from sqlalchemy.engine import URL
 
-from quota_ledger import QuotaEngine, SchemaNotReady, migrate
+from quota_ledger import QuotaEngine, SchemaNotReady
+from quota_ledger.driver import migrate
 from quota_ledger.driver.schema import metadata
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,15 +111,23 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("QUOTA_LEDGER_DB", None)
     probe = subprocess.run(
-        [sys.executable, "-c", "import quota_ledger.migrate as m; print(m.script_location())"],
-        cwd=workdir, env=env, check=True, capture_output=True, text=True,
+        [sys.executable, "-c", "import quota_ledger.driver.migrate as m; print(m.script_location())"],
+        cwd=workdir,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     assert probe.stdout.strip().startswith(str(site))
     # The console script's default database is a SQLite file in the user's data directory.
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     result = subprocess.run(
         [sys.executable, "-m", "quota_ledger.cli", "db", "upgrade"],
-        cwd=workdir, env=env, capture_output=True, text=True, check=False,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "schema at 0007" in result.stdout

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.audit import expected_values, find_drift, missing_queue_counters
-from quota_ledger.limits import QUEUE, SUBTREE, Counter
-from quota_ledger.queues import in_subtree
-from quota_ledger.values import Drift
+from quota_ledger.model.drift import expected_values, find_drift, missing_queue_counters
+from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.queues import in_subtree
+from quota_ledger.model.values import Drift
 
 _ids = iter(range(1, 10**9))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quota_ledger import batch_loop
+from quota_ledger.ledger import batches
 
 
 class FakeTime:
@@ -22,7 +22,7 @@ class FakeTime:
 
 def test_a_pacer_waits_until_the_rows_swept_so_far_are_due() -> None:
     t = FakeTime()
-    pacer = batch_loop.Pacer(1000.0, clock=t.clock)
+    pacer = batches.Pacer(1000.0, clock=t.clock)
     t.now += 0.1  # a batch of 500 took 0.1 s: due at 0.5 s
     pacer.done(500, sleep=t.sleep)
     assert t.slept == [pytest.approx(0.4)]
@@ -36,7 +36,7 @@ def test_a_pacer_waits_until_the_rows_swept_so_far_are_due() -> None:
 
 def test_without_a_rate_a_pacer_never_waits() -> None:
     t = FakeTime()
-    pacer = batch_loop.Pacer(None, clock=t.clock)
+    pacer = batches.Pacer(None, clock=t.clock)
     pacer.done(10**9, sleep=t.sleep)
     assert t.slept == []
 
@@ -45,17 +45,17 @@ def test_the_loop_paces_full_batches_and_stops_at_a_short_one() -> None:
     counts = iter([5, 5, 2, 5])
     paced: list[int] = []
 
-    class Recording(batch_loop.Pacer):
+    class Recording(batches.Pacer):
         def done(self, rows: int, sleep: object = None) -> None:
             paced.append(rows)
 
-    total = batch_loop.run(lambda: next(counts), 5, batch_loop.Budget(None), 1, Recording(10.0))
+    total = batches.run(lambda: next(counts), 5, batches.Budget(None), 1, Recording(10.0))
     assert total == 12
     assert paced == [5, 5]  # the short batch ends the sweep: nothing to wait for
 
 
 def test_the_budget_is_shared_and_spent_once() -> None:
-    budget = batch_loop.Budget(3)
-    total = batch_loop.run(lambda: 4, 4, budget, workers=2)
+    budget = batches.Budget(3)
+    total = batches.run(lambda: 4, 4, budget, workers=2)
     assert total == 12
     assert not budget.take()

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from quota_ledger import configuring
 from quota_ledger.config import SchedulerConfig, dump, load, validate
+from quota_ledger.config.amounts import SUFFIXES
 from quota_ledger.config.limits_check import ONLY_WILDCARD_GROUP, Report
 from quota_ledger.config.model import Limit, Partition, Queue, normalize
-from quota_ledger.config.quantity import SUFFIXES
 from quota_ledger.config.validate import INVALID_QUEUE_NAME, check_limits_structure
-from quota_ledger.errors import ConfigError
-from quota_ledger.values import ConfigProblem
+from quota_ledger.ledger import configure
+from quota_ledger.model.errors import ConfigError
+from quota_ledger.model.values import ConfigProblem
 
 #: how every refused amount begins, before the list of suffixes
 AMOUNT = "is not a valid amount: write a whole number with no sign or decimals, optionally followed by one of"
@@ -1086,7 +1086,7 @@ def test_a_valid_configuration_round_trips_and_stays_valid() -> None:
 
 def test_an_unknown_key_suggests_the_closest_and_does_not_hide_other_problems() -> None:
     source = doc(q("a", maxapplication=3, resources=res(None, {"memory": "1.5G"})))
-    _, found = configuring.check(source)
+    _, found = configure.check(source)
     assert [(p.queue, p.message) for p in found] == [
         ("root.a", "partitions.0.queues.0.queues.0.maxapplication: unknown key 'maxapplication' "
          "(did you mean 'maxapplications'?)"),
@@ -1095,13 +1095,13 @@ def test_an_unknown_key_suggests_the_closest_and_does_not_hide_other_problems() 
 
 
 def test_an_unknown_key_far_from_every_known_one_suggests_nothing() -> None:
-    _, found = configuring.check(doc(q("a", zzzz=1)))
+    _, found = configure.check(doc(q("a", zzzz=1)))
     assert [p.message for p in found] == ["partitions.0.queues.0.queues.0.zzzz: unknown key 'zzzz'"]
 
 
 def test_every_problem_is_reported_once() -> None:
     twice = lim(limit="same", users=["1bad"])
-    _, found = configuring.check(doc(q("a", limits=[twice]), q("b", limits=[twice])))
+    _, found = configure.check(doc(q("a", limits=[twice]), q("b", limits=[twice])))
     assert len(found) == len(set(found)) == 2
 
 

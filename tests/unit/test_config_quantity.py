@@ -7,8 +7,8 @@ from typing import Final
 import pytest
 
 from quota_ledger.config import parse_config_quantity, parse_config_resources
-from quota_ledger.errors import InvalidQuantity, InvalidRequest
-from quota_ledger.quantity import MAX_QUANTITY
+from quota_ledger.model.errors import InvalidQuantity, InvalidRequest
+from quota_ledger.model.quantity import MAX_QUANTITY
 
 # The table of notes §1.2: (input, key "memory", key "vcore"); a str is the error reason.
 TABLE: Final[list[tuple[str, int | str, int | str]]] = [

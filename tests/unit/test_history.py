@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from quota_ledger import InvalidRequest
-from quota_ledger.history import WINDOWS, rebuild, window_named
+from quota_ledger.model.history import WINDOWS, rebuild, window_named
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

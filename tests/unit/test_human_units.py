@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.errors import InvalidCommit, OverQuota, UsageUnderflow
-from quota_ledger.quantity import MAX_QUANTITY, format_human, is_bytes, parse_quantity
-from quota_ledger.values import Violation
+from quota_ledger.model.errors import InvalidCommit, OverQuota, UsageUnderflow
+from quota_ledger.model.quantity import MAX_QUANTITY, format_human, is_bytes, parse_quantity
+from quota_ledger.model.values import Violation
 
 
 @pytest.mark.parametrize(
@@ -74,14 +74,25 @@ def test_over_quota_reads_like_kubectl_describe_quota_and_keeps_base_units() -> 
 
 def test_user_and_quota_violations_name_who_and_use_milli_cores() -> None:
     user = Violation(
-        scope="root.dev", resource="vcore", limit=2000, in_use=500, reserved=0, requested=3000,
-        kind="user", name="bob",
+        scope="root.dev",
+        resource="vcore",
+        limit=2000,
+        in_use=500,
+        reserved=0,
+        requested=3000,
+        kind="user",
+        name="bob",
     )
     assert user.describe() == (
         "vcore at root.dev for user bob: limit 2, in use 500m, reserved 0, requested 3, available 1500m"
     )
     quota = Violation(
-        scope="ns/q", resource="requests.cpu", limit=1000, in_use=1200, reserved=0, requested=100,
+        scope="ns/q",
+        resource="requests.cpu",
+        limit=1000,
+        in_use=1200,
+        reserved=0,
+        requested=100,
         kind="quota",
     )
     assert quota.describe() == (
@@ -101,29 +112,60 @@ def test_usage_underflow_speaks_in_the_resources_units() -> None:
 def test_a_partial_commit_over_the_reservation_is_refused_in_human_units() -> None:
     from datetime import UTC, datetime
 
-    from quota_ledger.arguments import commit_amounts
-    from quota_ledger.values import Reservation, ReservationState
+    from quota_ledger.model.arguments import commit_amounts
+    from quota_ledger.model.values import Reservation, ReservationState
 
     now = datetime.now(UTC)
     reservation = Reservation(
-        id="r", state=ReservationState.PENDING, partition="default", queue="root.a",
-        resources={"memory": 2**30}, created_at=now, expires_at=now,
+        id="r",
+        state=ReservationState.PENDING,
+        partition="default",
+        queue="root.a",
+        resources={"memory": 2**30},
+        created_at=now,
+        expires_at=now,
     )
     with pytest.raises(InvalidCommit, match=r"memory: reserved 1Gi, commit 2Gi"):
         commit_amounts(reservation, {"memory": 2 * 2**30})
 
 
 def test_the_audit_table_reads_in_human_units() -> None:
-    from quota_ledger.cli_output import drift_table
-    from quota_ledger.values import Drift
+    from quota_ledger.cli.output import drift_table
+    from quota_ledger.model.values import Drift
 
     drifts = [
-        Drift(partition="default", scope_type="queue", scope="root.a", resource="memory",
-              in_use=2**30, reserved=0, expected_in_use=2**30, expected_reserved=512 * 2**20),
-        Drift(partition="default", scope_type="quota", scope="team/q", resource="requests.cpu",
-              in_use=0, reserved=250, expected_in_use=0, expected_reserved=0, fixed=True),
-        Drift(partition="default", scope_type="user", scope="root", resource="vcore",
-              in_use=1000, reserved=0, expected_in_use=0, expected_reserved=0, name="sue"),
+        Drift(
+            partition="default",
+            scope_type="queue",
+            scope="root.a",
+            resource="memory",
+            in_use=2**30,
+            reserved=0,
+            expected_in_use=2**30,
+            expected_reserved=512 * 2**20,
+        ),
+        Drift(
+            partition="default",
+            scope_type="quota",
+            scope="team/q",
+            resource="requests.cpu",
+            in_use=0,
+            reserved=250,
+            expected_in_use=0,
+            expected_reserved=0,
+            fixed=True,
+        ),
+        Drift(
+            partition="default",
+            scope_type="user",
+            scope="root",
+            resource="vcore",
+            in_use=1000,
+            reserved=0,
+            expected_in_use=0,
+            expected_reserved=0,
+            name="sue",
+        ),
     ]
     lines = [line.split() for line in drift_table(drifts).splitlines()]
     assert lines[0] == ["PARTITION", "TYPE", "SCOPE", "RESOURCE", "IN", "USE/RESERVED", "EXPECTED", "STATUS"]

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.errors import CounterOverflow
-from quota_ledger.limits import QUEUE, SUBTREE, Counter, check_overflow, violations
-from quota_ledger.quantity import MAX_QUANTITY
-from quota_ledger.values import Violation
+from quota_ledger.model.errors import CounterOverflow
+from quota_ledger.model.limits import QUEUE, SUBTREE, Counter, check_overflow, violations
+from quota_ledger.model.quantity import MAX_QUANTITY
+from quota_ledger.model.values import Violation
 
 _ids = iter(range(1, 10**9))
 

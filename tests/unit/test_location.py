@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from quota_ledger import InvalidRequest, LedgerMissing, location
+from quota_ledger import InvalidRequest, LedgerMissing
+from quota_ledger.service import location
 
 
 def test_the_default_ledger_is_in_the_xdg_data_directory() -> None:
     assert location.default_file({"XDG_DATA_HOME": "/srv/data"}) == Path("/srv/data/quota-ledger/ledger.db")
-    assert location.default_db_url({"XDG_DATA_HOME": "/srv/data"}) == "sqlite:////srv/data/quota-ledger/ledger.db"
+    assert (
+        location.default_db_url({"XDG_DATA_HOME": "/srv/data"})
+        == "sqlite:////srv/data/quota-ledger/ledger.db"
+    )
     fallback = Path.home() / ".local" / "share" / "quota-ledger" / "ledger.db"
     assert location.default_file({}) == fallback
     assert location.default_file({"XDG_DATA_HOME": ""}) == fallback

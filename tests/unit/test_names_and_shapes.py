@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from quota_ledger import validation
-from quota_ledger.errors import InvalidRequest, TooManyResources
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest, TooManyResources
 
 
 @pytest.mark.parametrize("bad", ["", "a\x00", "\ud800", "a\x1bb", "x" * 256, 5, None, b"a", ["a"]])

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.errors import InvalidQuantity, InvalidRequest
-from quota_ledger.quantity import (
+from quota_ledger.model.errors import InvalidQuantity, InvalidRequest
+from quota_ledger.model.quantity import (
     MAX_QUANTITY,
     format_quantity,
     is_milli,
@@ -230,7 +230,10 @@ def test_tiny_mantissa_with_large_exponent_is_exact() -> None:
 
 def test_zero_with_huge_exponent_is_cheap() -> None:
     # "0e999999999" is zero; computing 10**999999999 on the way would hang the caller.
-    code = "from quota_ledger.quantity import parse_quantity; print(parse_quantity('memory', '0e999999999'))"
+    code = (
+        "from quota_ledger.model.quantity import parse_quantity; "
+        "print(parse_quantity('memory', '0e999999999'))"
+    )
     try:
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=False

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.errors import InvalidRequest
-from quota_ledger.queues import (
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.queues import (
     MAX_PATH_LENGTH,
     ROOT,
     in_subtree,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from quota_ledger import tracking
 from quota_ledger.config import load
 from quota_ledger.config.model import normalize
 from quota_ledger.config.rules import LimitRule, compile_config
+from quota_ledger.model import tracking
 
 CONFIG = """
 partitions:

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from quota_ledger import sweeper
+from quota_ledger.service import sweeper
 
 
 class Backlog:

@@ -1,0 +1,9 @@
+"""``python -m quota_ledger.cli``: the same as the ``quota-ledger`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from quota_ledger.cli.app import main
+
+sys.exit(main())

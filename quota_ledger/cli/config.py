@@ -1,0 +1,119 @@
+"""``quota-ledger config diff``: a configuration change, reviewed before it is applied."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.quantity import format_quantity
+from quota_ledger.service.settings import Settings
+
+
+def register(config: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``diff`` to the ``config`` commands."""
+    p = config.add_parser(
+        "diff",
+        parents=[common],
+        help="what applying FILE would change (limits added, removed, changed; who would be over)",
+    )
+    p.add_argument("file", help="YAML or JSON; - for stdin")
+    p.set_defaults(handler=_config_diff)
+
+
+def _config_diff(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    found = engine.diff_config(read_source(args.file))
+    if args.json:
+        print(json.dumps(found.as_dict(), indent=2, sort_keys=True))
+    else:
+        print(render(found))
+    return 0
+
+
+def render(diff: ConfigDiff) -> str:
+    """The diff for people: one line per limit, amounts in each resource's own units."""
+    lines = [f"compared with configuration version {diff.version}, the one in force"]
+    if diff.identical:
+        lines.append("identical: applying it changes nothing and makes no new version")
+        return "\n".join(lines)
+    sections = [
+        ("limits added", "+", diff.added),
+        ("limits changed", "~", diff.changed),
+        ("limits removed", "-", diff.removed),
+    ]
+    rows = [
+        (f"{title}:", [(mark, _who(c), c.resource, _change(c)) for c in changes])
+        for title, mark, changes in sections
+        if changes
+    ]
+    if not rows:
+        lines.append("no limit changes (other settings differ)")
+    for title, entries in rows:
+        lines += ["", title, *_aligned(entries)]
+    lines.append("")
+    if diff.over_limit:
+        lines.append(
+            "over their limit after this change (nothing is evicted; new reservations there are refused):"
+        )
+        lines += _aligned([("!", _who(o), o.resource, _over(o)) for o in diff.over_limit])
+    else:
+        lines.append("nobody would be over a limit")
+    for partition in diff.removes_all_limits:
+        lines.append(
+            f"\nthis removes every limit of partition {partition}: "
+            "`config apply` refuses it without --allow-removing-all"
+        )
+    return "\n".join(lines)
+
+
+def _who(entry: LimitChange | OverLimit) -> str:
+    where = "" if entry.partition == "default" else f"[{entry.partition}] "
+    if entry.name is None:
+        return f"{where}queue {entry.queue}"
+    return f"{where}{entry.kind} {entry.name} at {entry.queue}"
+
+
+def _change(change: LimitChange) -> str:
+    if change.old is None:
+        return _amount(change.resource, change.new)
+    if change.new is None:
+        return f"was {_amount(change.resource, change.old)}"
+    return f"{_amount(change.resource, change.old)} -> {_amount(change.resource, change.new)}"
+
+
+def _over(over: OverLimit) -> str:
+    res = over.resource
+    text = (
+        f"limit {_amount(res, over.limit)}, in use {_amount(res, over.in_use)}, "
+        f"reserved {_amount(res, over.reserved)}"
+    )
+    if over.old_limit is not None and over.in_use + over.reserved > over.old_limit:
+        text += " (over already)"
+    return text
+
+
+def _amount(resource: str, value: int | None) -> str:
+    return "none" if value is None else format_quantity(resource, value)
+
+
+def _aligned(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    who = max(len(r[1]) for r in rows)
+    res = max(len(r[2]) for r in rows)
+    return [
+        f"  {mark} {name.ljust(who)}  {resource.ljust(res)}  {text}" for mark, name, resource, text in rows
+    ]
+
+
+def read_source(path: str) -> str:
+    """The text of a FILE argument (``-`` for standard input); an unreadable file is a typed error."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise InvalidRequest(f"cannot read {path}: {error.strerror}", field="file") from error

@@ -1,0 +1,60 @@
+"""The CLI's work that reads the same on a database (``--db``) and through a service
+(``--url``): the queue tree, short reservation ids, and the long runs that draw a progress bar
+on a terminal (``sweep --once``, ``audit``)."""
+
+from __future__ import annotations
+
+from quota_ledger.cli import progress as cli_progress
+from quota_ledger.cli.remote import RemoteEngine
+from quota_ledger.engine import QuotaEngine
+from quota_ledger.model import short_ids
+from quota_ledger.model.values import Drift, Usage
+from quota_ledger.service import overview
+
+
+def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
+    """The full reservation id a unique prefix stands for (see :mod:`quota_ledger.model.short_ids`)."""
+    if isinstance(engine, RemoteEngine):
+        return short_ids.resolve(text, engine.reservation_ids)
+    return short_ids.resolve(text, lambda prefix, n: overview.reservation_ids(engine, prefix, n))
+
+
+def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, dict[str, Usage]]:
+    """Every queue with usage or a limit: its subtree's usage and its own limit."""
+    if isinstance(engine, RemoteEngine):
+        return engine.queue_tree(partition)
+    return overview.queue_tree(engine, partition)
+
+
+def expire_backlog(engine: QuotaEngine, batch: int, workers: int, rate: float | None) -> int:
+    """One sweep of everything that ran out: a single ``expire()`` call for a script; on a
+    terminal, rounds of one batch per worker so that the bar moves, then a last call that
+    sweeps to the end what ran out meanwhile, as the single call would."""
+    if not cli_progress.wanted():
+        return engine.expire(batch_size=batch, workers=workers, max_rate=rate)
+    total = 0
+    with cli_progress.bar("expiring reservations", overview.expired_backlog(engine)) as progress:
+        while True:
+            expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate, max_batches=workers)
+            total += expired
+            progress.advance(expired)
+            if expired < workers * batch:
+                break
+        expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate)
+        progress.advance(expired)
+    return total + expired
+
+
+def audit(engine: QuotaEngine | RemoteEngine, *, fix: bool, partition: str | None) -> list[Drift]:
+    """``audit()`` a partition at a time (each is its own transaction anyway), with a bar."""
+    if isinstance(engine, RemoteEngine) or partition is not None:
+        with cli_progress.bar(f"auditing {partition or 'every partition'}", None):
+            return engine.audit(fix=fix, partition=partition)
+    names = engine.driver.partitions()
+    drifts: list[Drift] = []
+    with cli_progress.bar("auditing", len(names)) as progress:
+        for name in names:
+            progress.describe(f"auditing partition {name}")
+            drifts += engine.audit(fix=fix, partition=name)
+            progress.advance()
+    return drifts

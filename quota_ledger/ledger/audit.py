@@ -1,0 +1,139 @@
+"""The audit's transactions: read every counter and what the history says it must hold.
+
+Queue and subtree resource counters are checked against the journal and the pending items
+(:mod:`quota_ledger.model.drift`); running-application counts and user/group counters against the
+application rows (:mod:`quota_ledger.model.identity`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.ledger import resource_quotas
+from quota_ledger.ledger.resource_quotas import QUOTA
+from quota_ledger.model import drift, identity
+from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.tracking import AppState
+from quota_ledger.model.values import Drift
+
+RulesOf = Callable[[LedgerTx], PartitionRules]
+
+
+def read_drift(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
+    rules = rules_of(tx)
+    quotas = tx.identity_counters(partition, lock=False, kinds=[QUOTA])
+    live = tx.live_reservations(partition, resource_quotas.queues_to_lock(rules, quotas), lock=False)
+    drifts = find(
+        tx,
+        partition,
+        tx.all_counters(partition),
+        tx.identity_counters(partition, lock=False),
+        tx.read_apps(partition),
+    )
+    return drifts + _quota_drift(partition, rules, quotas, live)
+
+
+def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
+    """Repair a partition under its exclusive lock (canonical order: live reservations, apps,
+    then counters)."""
+    now = tx.lock_partition(partition, exclusive=True)
+    rules = rules_of(tx)
+    old_quotas = tx.identity_counters(partition, lock=False, kinds=[QUOTA])
+    live = tx.live_reservations(partition, resource_quotas.queues_to_lock(rules, old_quotas), lock=True)
+    apps = tx.lock_all_apps(partition)
+    own = tx.lock_all_counters(partition, QUEUE)
+    limits = tx.lock_all_counters(partition, SUBTREE)
+    named = tx.identity_counters(partition, lock=True)
+    in_use, reserved = tx.journal_sums(partition), tx.pending_sums(partition)
+    missing = drift.missing_queue_counters(own, in_use, reserved)
+    if missing:
+        tx.create_missing(partition, missing, now)
+        own = tx.lock_all_counters(partition, QUEUE)
+    drifts = find(tx, partition, [*own, *limits], named, apps, sums=(in_use, reserved))
+    by_key = {(d.scope_type, d.name, d.scope, d.resource): d for d in drifts}
+
+    def wanted(c: Counter) -> Drift | None:
+        return by_key.get((c.scope_type, c.name, c.scope, c.resource))
+
+    tx.set_counter_values(
+        {c.id: (d.expected_in_use, d.expected_reserved) for c in [*own, *limits] if (d := wanted(c))},
+        now,
+    )
+    tx.set_identity_counters(
+        {c.id: (d.expected_in_use, d.expected_reserved, c.limit or 0) for c in named if (d := wanted(c))},
+        now,
+    )
+    quotas = tx.identity_counters(partition, lock=True, kinds=[QUOTA])
+    quota_drifts = _quota_drift(partition, rules, quotas, live)
+    by_quota = {(d.name, d.scope, d.resource): d for d in quota_drifts}
+    tx.set_identity_counters(
+        {
+            c.id: (d.expected_in_use, d.expected_reserved, c.limit or 0)
+            for c in quotas
+            if (d := by_quota.get((c.name, c.scope, c.resource))) is not None
+        },
+        now,
+    )
+    return [replace(d, fixed=True) for d in [*drifts, *quota_drifts]]
+
+
+def _quota_drift(
+    partition: str,
+    rules: PartitionRules,
+    counters: Iterable[Counter],
+    live: Iterable[tuple[str, str, dict[str, Any] | None]],
+) -> list[Drift]:
+    """ResourceQuota counters against the live reservations their quotas match."""
+    wanted = resource_quotas.desired(rules, live)
+    drifts = []
+    for counter in counters:
+        used, _ = wanted.get((counter.name or "", counter.scope, counter.resource), (0, 0))
+        drifts += _differs(partition, counter, (used, 0))
+    return drifts
+
+
+def find(
+    tx: LedgerTx,
+    partition: str,
+    counters: Iterable[Counter],
+    named: Iterable[Counter],
+    apps: Iterable[AppState],
+    *,
+    sums: tuple[drift.Sums, drift.Sums] | None = None,
+) -> list[Drift]:
+    in_use, reserved = sums or (tx.journal_sums(partition), tx.pending_sums(partition))
+    counter_list = list(counters)
+    app_list = list(apps)
+    plain = [c for c in counter_list if c.resource != APPLICATIONS]
+    drifts = drift.find_drift(partition, plain, in_use, reserved)
+    counts = identity.queue_app_counts(app_list)
+    for counter in counter_list:
+        if counter.resource == APPLICATIONS:
+            drifts += _differs(partition, counter, (identity.subtree_count(counts, counter.scope), 0))
+    for counter in named:
+        key = (counter.scope_type, counter.name or "", counter.scope, counter.resource)
+        drifts += _differs(partition, counter, identity.value(app_list, key))
+    return drifts
+
+
+def _differs(partition: str, counter: Counter, expected: tuple[int, int]) -> list[Drift]:
+    if (counter.in_use, counter.reserved) == expected:
+        return []
+    return [
+        Drift(
+            partition=partition,
+            scope_type=counter.scope_type,
+            scope=counter.scope,
+            resource=counter.resource,
+            in_use=counter.in_use,
+            reserved=counter.reserved,
+            expected_in_use=expected[0],
+            expected_reserved=expected[1],
+            name=counter.name,
+        )
+    ]

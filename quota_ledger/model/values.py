@@ -1,0 +1,146 @@
+"""The frozen values the public API returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from quota_ledger.model.quantity import KUBE_CPU_NAMES, format_human
+
+
+class ReservationState(enum.StrEnum):
+    """Where a reservation is in its life: ``pending`` until it is resolved exactly once."""
+
+    PENDING = "pending"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reservation:
+    """A claim on resources in one queue, held until it is committed, rolled back or expires."""
+
+    id: str
+    state: ReservationState
+    partition: str
+    queue: str
+    #: resource -> reserved amount in base units (milli-cores for ``vcore``/``cpu``)
+    resources: dict[str, int]
+    created_at: datetime
+    expires_at: datetime
+    key: str | None = None
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    application: str | None = None
+    priority_class: str | None = None
+    #: resource -> amount that became in-use usage; set once committed
+    committed: dict[str, int] | None = None
+    resolved_at: datetime | None = None
+    #: when a committed reservation was released as a whole (``release_reservation``)
+    released_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """One resource's usage of a queue's whole subtree, and the queue's own limit on it."""
+
+    in_use: int
+    reserved: int
+    #: None when the queue sets no limit on this resource
+    limit: int | None
+
+    @property
+    def available(self) -> int | None:
+        """``limit - (in_use + reserved)``, or None when unlimited (may be negative)."""
+        return None if self.limit is None else self.limit - (self.in_use + self.reserved)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Violation:
+    """One limit a request would break."""
+
+    scope: str
+    resource: str
+    limit: int
+    in_use: int
+    reserved: int
+    requested: int
+    partition: str = "default"
+    #: ``queue`` for queue limits; ``user`` or ``group`` for the limit of :attr:`name` at scope
+    kind: str = "queue"
+    name: str | None = None
+
+    @property
+    def available(self) -> int:
+        """``limit - (in_use + reserved)``: what may still be requested (negative when over)."""
+        return self.limit - (self.in_use + self.reserved)
+
+    def describe(self) -> str:
+        """One line in the resource's own units, as ``kubectl describe quota`` prints:
+        ``memory at root.a: limit 8Gi, in use 0, reserved 0, requested 9Gi, available 8Gi``."""
+        if self.kind == "quota":
+            where = f"{self.resource} in quota {self.scope}"
+            milli: bool | None = self.resource in KUBE_CPU_NAMES
+        else:
+            who = f" for {self.kind} {self.name}" if self.name is not None else ""
+            where = f"{self.resource} at {self.scope}{who}"
+            milli = None
+
+        def human(units: int) -> str:
+            return format_human(self.resource, units, milli=milli)
+
+        return (
+            f"{where}: limit {human(self.limit)}, in use {human(self.in_use)}, "
+            f"reserved {human(self.reserved)}, requested {human(self.requested)}, "
+            f"available {human(self.available)}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Drift:
+    """A usage counter that disagrees with what the ledger's history says it should be."""
+
+    partition: str
+    scope_type: str
+    scope: str
+    resource: str
+    in_use: int
+    reserved: int
+    expected_in_use: int
+    expected_reserved: int
+    fixed: bool = field(default=False)
+    #: the user or group of a ``user``/``group`` counter
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfigProblem:
+    """One reason a queue configuration is refused, with where it was found."""
+
+    partition: str
+    #: full queue path (``root.a.b``), or "" for partition-level problems
+    queue: str
+    #: the limit's description, or the user/group/resource it concerns; "" when none
+    limit: str
+    message: str
+
+    def describe(self) -> str:
+        where = f"partition {self.partition!r}"
+        if self.queue:
+            where += f", queue {self.queue}"
+        if self.limit:
+            where += f", limit {self.limit!r}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReservation:
+    """A reservation as stored, with the hash that identifies its request."""
+
+    reservation: Reservation
+    request_hash: str
+    #: Kubernetes quota usage and scope attributes ({"usage": ..., "scopes": ...}); None if unknown
+    kube: dict[str, Any] | None = None

@@ -1,0 +1,68 @@
+"""Settings, built once at an entry point (CLI, service) and passed in; the library never reads
+the environment itself."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from quota_ledger.model import validation
+from quota_ledger.service import location
+
+
+class Settings(BaseSettings):
+    """``QUOTA_LEDGER_DB``, ``QUOTA_LEDGER_DEFAULT_TTL``, ``QUOTA_LEDGER_SWEEP_INTERVAL``, ..."""
+
+    model_config = SettingsConfigDict(env_prefix="QUOTA_LEDGER_", extra="ignore")
+
+    db: str = Field(
+        default_factory=location.default_db_url,
+        description="database URL (default: the SQLite file $XDG_DATA_HOME/quota-ledger/ledger.db, "
+        "XDG_DATA_HOME being ~/.local/share unless set)",
+    )
+    default_ttl: float = Field(300.0, gt=0, description="seconds a reservation lives without a ttl")
+    sweep_interval: float = Field(5.0, gt=0, description="seconds between expiry sweeps")
+    sweep_batch_size: int = Field(500, ge=1, le=10_000, description="reservations per sweep transaction")
+    sweep_max_rate: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="reservations a sweep expires per second at most (unset: no limit)",
+    )
+    host: str = Field("127.0.0.1", description="address the HTTP service listens on")
+    port: int = Field(8080, ge=0, le=65535, description="port of the HTTP service (0: any free port)")
+    token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")
+    tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
+    tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
+    pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
+    workers: int = Field(1, ge=1, le=64, description="worker processes of the HTTP service")
+    max_resources_per_request: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
+        ge=1,
+        description="resources one reserve, commit or release may name",
+    )
+    max_resources_per_limit_set: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
+        ge=1,
+        description="resources one limit set (a queue's max, a user or group limit, a quota's hard) may name",
+    )
+    max_resources_per_partition: int = Field(
+        validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
+        ge=1,
+        description="distinct resources the counters and limits of one partition may name",
+    )
+    access_log: Literal["text", "json", "off"] = Field(
+        "text", description="the service's access log: a text line or a JSON object a request, or none"
+    )
+
+    def engine_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``QuotaEngine.from_url`` that these settings give."""
+        return {
+            "default_ttl": self.default_ttl,
+            "pool_size": self.pool_size,
+            "max_resources_per_request": self.max_resources_per_request,
+            "max_resources_per_limit_set": self.max_resources_per_limit_set,
+            "max_resources_per_partition": self.max_resources_per_partition,
+        }
