@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
+from quota_ledger.config import identity, reports
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
 from quota_ledger.driver.core import DbQuotaDriver
@@ -19,7 +20,7 @@ from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import namespaces, pods
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.ledger import applications, audit, batches, configure, functions, resolve, resource_quotas
-from quota_ledger.model import arguments, identity, queues, reports, tracking, validation
+from quota_ledger.model import arguments, queues, tracking, validation
 from quota_ledger.model import limits as limit_rules
 from quota_ledger.model.errors import (
     ApplicationNotFound,

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from quota_ledger.config import identity
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
-from quota_ledger.model import drift, identity
+from quota_ledger.model import drift
 from quota_ledger.model.limits import QUEUE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState

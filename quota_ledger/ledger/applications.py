@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import GROUP, USER, PartitionRules
 from quota_ledger.driver.statements import LedgerTx, MissingCounters
 from quota_ledger.model import tracking
 from quota_ledger.model.errors import InvalidRequest
-from quota_ledger.model.identity import Key
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.queues import lineage

@@ -2,7 +2,7 @@
 
 Queue and subtree resource counters are checked against the journal and the pending items
 (:mod:`quota_ledger.model.drift`); running-application counts and user/group counters against the
-application rows (:mod:`quota_ledger.model.identity`).
+application rows (:mod:`quota_ledger.config.identity`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from quota_ledger.config import identity
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.statements import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.resource_quotas import QUOTA
-from quota_ledger.model import drift, identity
+from quota_ledger.model import drift
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
