@@ -106,6 +106,10 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert (site / "quota_ledger" / "_migrations" / "env.py").is_file()
+    # the PostgreSQL functions the migrations install (SQLite, below, never reads them)
+    functions = sorted(p.name for p in (REPO / "quota_ledger" / "driver" / "sql").glob("*.sql"))
+    assert functions
+    assert sorted(p.name for p in (site / "quota_ledger" / "driver" / "sql").glob("*.sql")) == functions
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}

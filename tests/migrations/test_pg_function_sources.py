@@ -1,0 +1,154 @@
+"""The PostgreSQL functions in the database are the ones in ``quota_ledger/driver/sql``.
+
+At the head revision every ``NAME.sql`` is installed as written (its body, and its whole definition
+as PostgreSQL reports it) and no other ``quota_ledger_*`` function exists; a revision that a later
+one replaced keeps its own definition, however the database reaches it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from importlib import resources
+
+import pytest
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.engine import URL
+
+from quota_ledger import QuotaEngine
+from quota_ledger.driver import migrate, sql
+from quota_ledger.driver.dialect import normalize_url
+
+_CREATED = re.compile(r"^CREATE OR REPLACE FUNCTION (quota_ledger_\w+)\(", re.MULTILINE)
+_BODY = re.compile(r"\$\$(.*)\$\$", re.DOTALL)
+_SCRATCH = "ql_function_sources"
+# the current definitions and the superseded ones the migrations of their time read
+_EVERY_FILE = sorted(
+    entry.name.removesuffix(".sql") for entry in resources.files(sql).iterdir() if entry.name.endswith(".sql")
+)
+
+
+def function_of(name: str) -> str:
+    """The function a file defines: ``expire.sql`` and ``expire_v1.sql`` both quota_ledger_expire."""
+    return "quota_ledger_" + re.sub(r"_v\d+$", "", name)
+
+
+def body(definition: str) -> str:
+    """The function body of a definition (between ``$$`` and ``$$``), whitespace collapsed."""
+    found = _BODY.search(definition)
+    assert found is not None, definition
+    return " ".join(found.group(1).split())
+
+
+def definition_in(conn: Connection, schema: str, function: str) -> str:
+    """``pg_get_functiondef`` of the one function of that name in that schema, schema name removed."""
+    found = conn.execute(
+        text(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = :schema AND p.proname = :name"
+        ),
+        {"schema": schema, "name": function},
+    ).scalars()
+    (only,) = list(found)
+    return str(only).replace(f"{schema}.{function}(", f"{function}(")
+
+
+def installed_body(conn: Connection, function: str) -> str:
+    (source,) = conn.execute(
+        text("SELECT prosrc FROM pg_proc WHERE proname = :name"), {"name": function}
+    ).scalars()
+    return " ".join(str(source).split())
+
+
+@pytest.fixture
+def head(postgres_url: URL) -> Iterator[Connection]:
+    """A connection to a fresh database at the head revision (the test template's copy)."""
+    engine = create_engine(normalize_url(postgres_url))
+    with engine.connect() as conn:
+        assert migrate.current(engine) == migrate.head()
+        yield conn
+    engine.dispose()
+
+
+@pytest.mark.parametrize("name", _EVERY_FILE)
+def test_each_file_creates_its_function_and_says_what_it_locks(name: str) -> None:
+    definition = sql.definition(name)
+    header = definition.split("CREATE OR REPLACE FUNCTION", 1)[0]
+    assert header.startswith(f"-- {function_of(name)}")
+    assert "Locks" in header
+    assert _CREATED.findall(definition) == [function_of(name)]
+    # the migrations run it through SQLAlchemy's text(): nothing in it may read as a parameter
+    assert text(definition).compile().params == {}
+
+
+def test_every_current_file_is_installed_as_written(head: Connection) -> None:
+    assert "expire_v1" not in sql.names()
+    for name in sql.names():
+        assert installed_body(head, function_of(name)) == body(sql.definition(name)), name
+
+
+def test_every_installed_definition_is_the_files_whole_definition(head: Connection) -> None:
+    # Run each file again in an empty schema and compare what PostgreSQL reports for both: the
+    # signature, result, language and settings too, not only the body.
+    transaction = head.begin()
+    try:
+        head.execute(text(f"CREATE SCHEMA {_SCRATCH}"))
+        head.execute(text(f"SET LOCAL search_path = {_SCRATCH}, public"))
+        for name in sql.names():
+            head.execute(text(sql.definition(name)))
+        for name in sql.names():
+            function = function_of(name)
+            assert definition_in(head, "public", function) == definition_in(head, _SCRATCH, function)
+    finally:
+        transaction.rollback()
+
+
+def test_no_ledger_function_but_the_files(head: Connection) -> None:
+    installed = head.execute(
+        text(r"SELECT proname FROM pg_proc WHERE proname LIKE 'quota\_ledger\_%' ORDER BY 1")
+    ).scalars()
+    assert list(installed) == sorted(function_of(name) for name in sql.names())
+
+
+_RESERVED = text(
+    "SELECT reserved FROM quota_usages WHERE scope_type = 'queue' AND scope = :q AND resource = 'fpga'"
+)
+
+
+def reserved(conn: Connection, queue: str) -> int:
+    return int(conn.execute(_RESERVED, {"q": queue}).scalar_one())
+
+
+# a sweep by hand: the version in force, any advisory lock key (a shared lock meets no writer here)
+_EXPIRE = text(
+    "SELECT quota_ledger_expire('default', 10, '{}', (SELECT version FROM quota_config_head), 1, 1)"
+)
+
+
+@pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
+def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> None:
+    assert "expire_v1" in _EVERY_FILE
+    assert body(sql.definition("expire_v1")) != body(sql.definition("expire"))
+    engine = create_engine(normalize_url(empty_db))
+    try:
+        migrate.upgrade(engine, "0004")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire_v1"))
+        migrate.upgrade(engine, "head")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire"))
+        with QuotaEngine.from_url(empty_db) as ledger:
+            ledger.set_limits("root", {"fpga": 10})
+            for queue in ("root.a", "root.b"):
+                ledger.reserve(queue, {"fpga": 1}, ttl=0.01)
+        time.sleep(0.05)
+        # back at 0004 (its rows kept) the function of 0004 is back, and sweeps at its schema
+        migrate.downgrade(engine, "0004")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire_v1"))
+            assert conn.execute(_EXPIRE).scalar_one() == 2
+            conn.commit()
+            assert reserved(conn, "root.a") == reserved(conn, "root.b") == 0
+    finally:
+        engine.dispose()
