@@ -7,6 +7,7 @@ one replaced keeps its own definition, however the database reaches it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Iterator
@@ -152,3 +153,33 @@ def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> N
             assert reserved(conn, "root.a") == reserved(conn, "root.b") == 0
     finally:
         engine.dispose()
+
+
+# What each file held when the revision that installs it was released. A released revision must
+# build the same function forever, so an edit to one of these files would silently change what
+# existing databases would have got: add a revision instead (see quota_ledger/driver/sql).
+_RELEASED = {
+    "check_updated.sql": "1b2915cf8cffac5a",
+    "commit.sql": "74140e964323e54a",
+    "enter.sql": "d2ec4eb32fe35a0f",
+    "expire.sql": "742feb5578cfb733",
+    "expire_v1.sql": "ceecbe63f8f1d930",
+    "lineage.sql": "f094c4eda18f5b12",
+    "reserve.sql": "36cb63393885e0c5",
+}
+
+
+def test_released_function_files_are_never_edited() -> None:
+    folder = resources.files(sql)
+    found = {
+        entry.name: hashlib.sha256(entry.read_bytes()).hexdigest()[:16]
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    }
+    edited = sorted(name for name, digest in _RELEASED.items() if found.get(name) != digest)
+    assert not edited, (
+        f"{edited} changed (or vanished) after a revision installed them: copy the old text to "
+        "NAME_vN.sql for the old revisions, install the new text in a new revision, and pin it here"
+    )
+    unpinned = sorted(found.keys() - _RELEASED.keys())
+    assert not unpinned, f"{unpinned} are installed by no released revision yet: pin them here"
