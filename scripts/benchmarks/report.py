@@ -1,0 +1,206 @@
+"""What a run prints: the Markdown tables on stdout (one section per case, ratios against their
+targets marked ✓ or ✗) and, with ``--json``, every figure and sample as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from benchmarks.cases import hierarchy, http, kube, sweep, throughput
+from benchmarks.cases.throughput import Cell
+from benchmarks.harness import log, median
+from benchmarks.settings import IMPLEMENTATIONS, Config
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing (an implementation left out by ``--only``)."""
+    return a / b if a is not None and b else None
+
+
+def fmt_rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None, target: float) -> str:
+    """The ratio with ✓ when it reaches ``target`` (a floor), ✗ when not."""
+    if value is None:
+        return "-"
+    return f"{value:.2f} {'✓' if value >= target else '✗'}"
+
+
+def markdown(
+    cfg: Config, cells: list[Cell], sweep_result: dict[str, Any] | None, meta: dict[str, Any]
+) -> str:
+    """The whole report: throughput, the sweep (or the final audit), then each side-by-side case."""
+    lines = throughput_section(cfg, cells, meta)
+    audit = meta.get("final_audit")
+    if audit is None:
+        audit_text = "not run"
+    else:
+        audit_text = "clean (0 drifts)" if not audit else f"{len(audit)} DRIFTS (see JSON)"
+        audit_text += f", took {meta.get('audit_s', 0.0):.1f} s"
+    if sweep_result is not None:
+        lines += sweep_section(sweep_result, audit_text)
+    else:
+        lines += ["", f"audit() at the end: {audit_text}."]
+    if meta.get("hierarchy") is not None:
+        lines += hierarchy_section(cfg, meta["hierarchy"])
+    if meta.get("kube") is not None:
+        lines += kube_section(meta["kube"])
+    if meta.get("http") is not None:
+        lines += http_section(meta["http"])
+    return "\n".join(lines)
+
+
+def throughput_section(cfg: Config, cells: list[Cell], meta: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### reserve+commit pairs/s ({meta['postgres']}, {meta['cpus']} CPUs, "
+        f"{cfg.seconds:g} s per cell{', median of ' + str(cfg.repeat) if cfg.repeat > 1 else ''})",
+        "",
+        "| scopes | threads | library | psycopg | pgbench "
+        f"| library/psycopg (≥ {throughput.TARGET_VS_PSYCOPG}) "
+        f"| library/pgbench (≥ {throughput.TARGET_VS_PGBENCH}) |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    names = {"spread": f"spread ({cfg.scopes:,})", "hot": "hot (1)"}
+    for cell in cells:
+        lib, psy, pgb = (cell.median(impl) for impl in IMPLEMENTATIONS)
+        lines.append(
+            f"| {names[cell.pattern]} | {cell.threads} | {fmt_rate(lib)} | {fmt_rate(psy)} | {fmt_rate(pgb)} "
+            f"| {fmt_ratio(ratio(lib, psy), throughput.TARGET_VS_PSYCOPG)} "
+            f"| {fmt_ratio(ratio(lib, pgb), throughput.TARGET_VS_PGBENCH)} |"
+        )
+    shape = meta.get("shape")
+    if shape:
+        lines += [
+            "",
+            f"Transaction shape: {shape['round_trips_per_pair']} round trips per pair (library); "
+            f"psycopg replica {'identical' if shape['identical'] else 'DIFFERENT (see JSON)'}.",
+        ]
+    return lines
+
+
+def sweep_section(result: dict[str, Any], audit_text: str) -> list[str]:
+    finished = result["finished"]
+    duration = f"{result['sweep_s']:.2f} s" if finished else f"> {result['sweep_s']:.0f} s (stopped)"
+    fast = finished and result["sweep_s"] < sweep.TARGET_SWEEP_SECONDS
+    return [
+        "",
+        f"### expiry sweep: {result['rows']:,} stale reservations, {result['load_threads']} library "
+        f"threads reserving+committing meanwhile (median of {len(result['runs'])}); the sweeper runs "
+        f"expire(workers={result['workers']}, batch_size={result['batch_size']}"
+        + (f", max_rate={result['max_rate']:g})" if result.get("max_rate") else ")"),
+        "",
+        "| measure | value | target |",
+        "|---|--:|--:|",
+        f"| expired | {result['expired']:,} | {result['rows']:,} |",
+        f"| sweep duration | {duration} | < {sweep.TARGET_SWEEP_SECONDS:g} s {'✓' if fast else '✗'} |",
+        f"| sweep rate | {result['rows_per_s']:,.0f} rows/s | |",
+        f"| pairs/s without sweep (mean of before and after) | {result['baseline_pairs_per_s']:,.0f} | |",
+        f"| pairs/s during sweep | {result['during_pairs_per_s']:,.0f} | |",
+        f"| during / without | {fmt_ratio(result['ratio'], sweep.TARGET_SWEEP_RATIO)} "
+        f"| ≥ {sweep.TARGET_SWEEP_RATIO} |",
+        "| every run: duration, during / without | "
+        + ", ".join(f"{run['sweep_s']:.1f} s {run['ratio']:.2f}" for run in result["runs"])
+        + " | |",
+        f"| audit() after sweep | {audit_text} | clean |",
+    ]
+
+
+def hierarchy_section(cfg: Config, hier: dict[str, Any]) -> list[str]:
+    flat, tree = median(hier["flat"]), median(hier["hierarchy"])
+    return [
+        "",
+        f"### hierarchical limits: depth 4, user and group limits at 2 levels, 2 resources, "
+        f"{hier['users']:,} users, {hier['threads']} threads (library, side by side)",
+        "",
+        f"| case | reserve+commit pairs/s | ratio (≥ {hierarchy.TARGET_HIERARCHY}) |",
+        "|---|--:|--:|",
+        f"| flat ({cfg.scopes:,} queues, no identity) | {fmt_rate(flat)} | |",
+        f"| hierarchical (user + group limits) | {fmt_rate(tree)} "
+        f"| {fmt_ratio(hier['ratio'], hierarchy.TARGET_HIERARCHY)} |",
+        "",
+        f"{hier['identity_counters']:,} user/group counters; audit() "
+        f"{'clean' if not hier['audit'] else str(len(hier['audit'])) + ' DRIFTS'}.",
+    ]
+
+
+def kube_section(result: dict[str, Any]) -> list[str]:
+    none, five = median(result["none"]), median(result["five"])
+    cost = result["cost_ratio"]
+    return [
+        "",
+        f"### pods (reserve_pod + commit): {result['namespaces']} namespaces with 5 scoped ResourceQuotas "
+        f"each vs {result['namespaces']} without, {result['threads']} threads, side by side",
+        "",
+        f"| case | pairs/s | cost vs none (≤ {kube.TARGET_KUBE_COST}) |",
+        "|---|--:|--:|",
+        f"| namespace without quotas | {fmt_rate(none)} | |",
+        f"| namespace with 5 scoped quotas | {fmt_rate(five)} "
+        f"| {cost:.2f} {'✓' if cost <= kube.TARGET_KUBE_COST else '✗'} |",
+        "",
+        f"audit() {'clean' if not result['audit'] else str(len(result['audit'])) + ' DRIFTS'}.",
+    ]
+
+
+def http_section(web: dict[str, Any]) -> list[str]:
+    library, served = median(web["library"]), median(web["http"])
+    return [
+        "",
+        f"### HTTP service: reserve+commit through uvicorn ({web['workers']} worker processes), "
+        f"{web['threads']} clients, side by side",
+        "",
+        "| case | pairs/s | target |",
+        "|---|--:|--:|",
+        f"| library in process | {fmt_rate(library)} | |",
+        f"| HTTP (`POST /v1/reservations` + `/commit`) | {fmt_rate(served)} "
+        f"| {fmt_ratio(web['ratio'], http.TARGET_HTTP)} x library (≥ {http.TARGET_HTTP}) |",
+        f"| latency at 100 requests/s, p50 / p99 | {web['p50_ms']:.1f} / {web['p99_ms']:.1f} ms "
+        f"| p99 < {http.TARGET_P99_MS:g} ms {'✓' if web['p99_ms'] < http.TARGET_P99_MS else '✗'} |",
+    ]
+
+
+def write_json(
+    path: Path,
+    cfg: Config,
+    cells: list[Cell],
+    sweep_result: dict[str, Any] | None,
+    meta: dict[str, Any],
+    text: str,
+) -> None:
+    """Every figure of the run: the config (without the server URL), meta, the cells with their
+    samples, the targets, the sweep, and the Markdown as printed."""
+    payload = {
+        "config": {
+            k: (str(v) if isinstance(v, (Path, URL)) else v)
+            for k, v in asdict(cfg).items()
+            if k != "server_url"
+        },
+        "meta": meta,
+        "cells": [
+            {
+                "pattern": cell.pattern,
+                "threads": cell.threads,
+                "scopes": cfg.scopes if cell.pattern == "spread" else 1,
+                **{impl: cell.median(impl) for impl in IMPLEMENTATIONS},
+                "library_vs_psycopg": ratio(cell.median("library"), cell.median("psycopg")),
+                "library_vs_pgbench": ratio(cell.median("library"), cell.median("pgbench")),
+                "samples": cell.samples,
+            }
+            for cell in cells
+        ],
+        "targets": {
+            "library_vs_psycopg": throughput.TARGET_VS_PSYCOPG,
+            "library_vs_pgbench": throughput.TARGET_VS_PGBENCH,
+            "sweep_ratio": sweep.TARGET_SWEEP_RATIO,
+            "sweep_seconds": sweep.TARGET_SWEEP_SECONDS,
+        },
+        "sweep": sweep_result,
+        "markdown": text,
+    }
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    log(f"wrote {path}")
