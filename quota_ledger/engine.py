@@ -15,7 +15,8 @@ from quota_ledger.config import identity, reports
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.statements import LedgerTx, MissingCounters
+from quota_ledger.driver.counters import MissingCounters
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import namespaces, pods
 from quota_ledger.kube import quotas as kube_quotas

@@ -15,8 +15,9 @@ from sqlalchemy import Engine, exc, select
 from sqlalchemy.engine import URL
 
 from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver.counters import MissingCounters
 from quota_ledger.driver.schema import quota_partitions
-from quota_ledger.driver.statements import LedgerTx, MissingCounters
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
 
 T = TypeVar("T")

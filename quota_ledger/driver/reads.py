@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import Connection, Integer, String, bindparam, func, select
 
 from quota_ledger.driver import dialect
+from quota_ledger.driver.reservations import _READ_MANY, _many
 from quota_ledger.driver.schema import PENDING, reservations
-from quota_ledger.driver.statements import _READ_MANY, _many
 from quota_ledger.model.values import StoredReservation
 
 _R = reservations.c

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from fastapi import Response
 
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine import QuotaEngine
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")

@@ -12,7 +12,8 @@ from datetime import datetime
 
 from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import GROUP, USER, PartitionRules
-from quota_ledger.driver.statements import LedgerTx, MissingCounters
+from quota_ledger.driver.counters import MissingCounters
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model import tracking
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.limits import Counter

@@ -13,7 +13,7 @@ from typing import Any
 
 from quota_ledger.config import identity
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.resource_quotas import QUOTA
 from quota_ledger.model import drift

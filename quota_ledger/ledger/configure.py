@@ -20,7 +20,7 @@ from quota_ledger.config import diff as config_diff
 from quota_ledger.config import identity, model
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import ConfigError, InvalidRequest, RemovesAllLimits

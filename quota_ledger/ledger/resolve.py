@@ -2,7 +2,7 @@
 
 A pending reservation is resolved exactly once. Its own rows are written first, then its
 application row, then the shared counters in the canonical lock order (see
-:mod:`quota_ledger.driver.statements` and :mod:`quota_ledger.driver.tracking`).
+:mod:`quota_ledger.driver.tx`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.model import limits as limit_rules

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import admission
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import ResourceQuota

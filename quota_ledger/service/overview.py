@@ -6,7 +6,7 @@ from datetime import datetime
 
 from quota_ledger.driver import history as history_rows
 from quota_ledger.driver import reads
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model import drift, history, queues
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter

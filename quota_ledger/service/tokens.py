@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from quota_ledger.driver import tokens as statements
-from quota_ledger.driver.statements import LedgerTx
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model import queues
 from quota_ledger.model.errors import InvalidRequest, NotFound

@@ -34,8 +34,6 @@ from quota_ledger import QuotaEngine
 from quota_ledger.driver import pg_fast, pg_functions
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE
 
-PG_SQL = pg_fast.SQL
-
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.LockNotAvailable)
 
 
@@ -165,9 +163,9 @@ def shape_check(engine: QuotaEngine, dsn: str) -> dict[str, Any]:
     fast_run = pg_fast.FastPath.run
     function_call = pg_functions.call
 
-    def traced_run(self: pg_fast.FastPath, name: str, params: Any) -> Any:
-        library.append(statement_shape(PG_SQL[name], 1))
-        return fast_run(self, name, params)
+    def traced_run(self: pg_fast.FastPath, sql: str, params: Any) -> Any:
+        library.append(statement_shape(sql, 1))
+        return fast_run(self, sql, params)
 
     def traced_call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
         library.append(statement_shape(sql, 1))

@@ -1,9 +1,10 @@
 """The hot statements can use their indexes (PostgreSQL EXPLAIN), so they stay fast at scale.
 
-On PostgreSQL the general path runs the named SQL of ``pg_fast``, so that is what is explained
-here. A statement inside a server-side function is taken from the function as the database holds
-it (``pg_get_functiondef``), its PL/pgSQL variables become parameters, and it is explained both as
-the first calls plan it (custom plan) and as later calls may (generic plan). This needs nothing
+On PostgreSQL the general path runs the ``PG_*`` statements on the psycopg cursor (see
+``pg_fast``), so those are what is explained here. A statement inside a server-side function is
+taken from the function as the database holds it (``pg_get_functiondef``), its PL/pgSQL
+variables become parameters, and it is explained both as the first calls plan it (custom plan)
+and as later calls may (generic plan). This needs nothing
 beyond core PostgreSQL: ``auto_explain`` is not in every build (the embedded server has none).
 """
 
@@ -20,8 +21,8 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
+from quota_ledger.driver import counters, reservations
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key, normalize_url
-from quota_ledger.driver.pg_fast import SQL
 
 
 @pytest.fixture
@@ -40,10 +41,10 @@ def pg(postgres_url: URL) -> Iterator[tuple[QuotaEngine, Connection]]:
     ledger.close()
 
 
-def plan(conn: Connection, name: str, params: dict[str, Any]) -> str:
-    """EXPLAIN of the named statement as the driver runs it, parameters bound client-side."""
+def plan(conn: Connection, sql: str, params: dict[str, Any]) -> str:
+    """EXPLAIN of the statement as the driver runs it, parameters bound client-side."""
     cursor = ClientCursor(conn.connection.driver_connection)  # type: ignore[arg-type]
-    cursor.execute("EXPLAIN " + SQL[name], params)
+    cursor.execute("EXPLAIN " + sql, params)
     return "\n".join(row[0] for row in cursor.fetchall())
 
 
@@ -51,20 +52,22 @@ def plan(conn: Connection, name: str, params: dict[str, Any]) -> str:
 # instead of a bound value, PostgreSQL could not use the index at all.
 def test_sweep_query_uses_the_pending_expiry_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
-    text_plan = plan(conn, "lock_expired", {"p": "default", "n": 500, "now": datetime(2000, 1, 1)})
+    text_plan = plan(
+        conn, reservations.PG_LOCK_EXPIRED, {"p": "default", "n": 500, "now": datetime(2000, 1, 1)}
+    )
     assert "ix_reservations_partition_state_expires_at" in text_plan
 
 
 def test_counter_locks_use_the_unique_counter_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
     params = {"p": "default", "scopes": ["root", "root.q1", "root.q1.x"], "resources": ["fpga", "memory"]}
-    for name in ("lock_queue_counters", "lock_subtree_counters"):
-        assert "uq_quota_usages_partition_scope_type_scope_resource" in plan(conn, name, params)
+    for sql in (counters.PG_LOCK_QUEUE, counters.PG_LOCK_SUBTREE):
+        assert "uq_quota_usages_partition_scope_type_scope_resource" in plan(conn, sql, params)
 
 
 def test_reservation_lookup_by_key_uses_the_key_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
-    text_plan = plan(conn, "find_reservation_by_key", {"p": "default", "key": "k"})
+    text_plan = plan(conn, reservations.PG_FIND_BY_KEY, {"p": "default", "key": "k"})
     assert "uq_reservations_partition_key" in text_plan
 
 

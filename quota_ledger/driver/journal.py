@@ -1,0 +1,104 @@
+"""The journal (``quota_journal``): every change to a counter's ``in_use``, with the operation
+that made it. New rows only, so it takes no lock; audit sums it (and the pending reservations)
+to say what the counters must hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import insert as sa_insert
+
+from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.schema import quota_journal, reservation_items, reservations
+
+_J = quota_journal.c
+_R = reservations.c
+_I = reservation_items.c
+
+# append_journal: new rows only.
+_INSERT_JOURNAL = sa_insert(quota_journal)
+PG_INSERT_JOURNAL = (
+    'INSERT INTO quota_journal ("partition", queue, resource, delta, kind, reservation_id,'
+    " operation_id, created_at)"
+    " SELECT %(p)s, %(q)s, t.resource, t.delta, %(kind)s, %(rid)s, %(op)s, %(now)s"
+    " FROM unnest(%(resources)s::text[], %(deltas)s::bigint[]) AS t(resource, delta)"
+)
+# operation_recorded: did an earlier attempt of this call already commit? no lock.
+_OPERATION_RECORDED = select(_J.id).where(_J.operation_id == bindparam("op")).limit(1)
+
+# -- audit (no locks; read in one snapshot or under the exclusive partition lock) -------------
+_JOURNAL_SUMS = (
+    select(_J.queue, _J.resource, func.sum(_J.delta).label("total"))
+    .where(_J.partition == bindparam("p"))
+    .group_by(_J.queue, _J.resource)
+)
+_PENDING_SUMS = (
+    select(_R.queue, _I.resource, func.sum(_I.amount).label("total"))
+    .select_from(reservations.join(reservation_items, _I.reservation_id == _R.id))
+    .where(_R.partition == bindparam("p"), _R.state == "pending")
+    .group_by(_R.queue, _I.resource)
+)
+
+
+class JournalStatements:
+    """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
+
+    conn: Connection
+    fast: FastPath | None
+
+    def append_journal(
+        self,
+        partition: str,
+        queue: str,
+        deltas: Mapping[str, int],
+        *,
+        kind: str,
+        operation_id: str,
+        reservation_id: str | None,
+        now: datetime,
+    ) -> None:
+        changes = {resource: delta for resource, delta in deltas.items() if delta != 0}
+        if not changes:
+            return
+        if self.fast is not None:
+            params = {
+                "p": partition,
+                "q": queue,
+                "kind": kind,
+                "rid": reservation_id,
+                "op": operation_id,
+                "now": now,
+                "resources": list(changes),
+                "deltas": list(changes.values()),
+            }
+            self.fast.run(PG_INSERT_JOURNAL, params)
+            return
+        rows = [
+            {
+                "partition": partition,
+                "queue": queue,
+                "resource": resource,
+                "delta": delta,
+                "kind": kind,
+                "reservation_id": reservation_id,
+                "operation_id": operation_id,
+                "created_at": now,
+            }
+            for resource, delta in changes.items()
+        ]
+        self.conn.execute(_INSERT_JOURNAL, rows)
+
+    def operation_recorded(self, operation_id: str) -> bool:
+        return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None
+
+    def journal_sums(self, partition: str) -> dict[tuple[str, str], int]:
+        """SUM(delta) of the journal per (queue, resource): what in_use must be."""
+        rows = self.conn.execute(_JOURNAL_SUMS, {"p": partition})
+        return {(row.queue, row.resource): int(row.total) for row in rows}
+
+    def pending_sums(self, partition: str) -> dict[tuple[str, str], int]:
+        """SUM(amount) of pending reservations per (queue, resource): what reserved must be."""
+        rows = self.conn.execute(_PENDING_SUMS, {"p": partition})
+        return {(row.queue, row.resource): int(row.total) for row in rows}

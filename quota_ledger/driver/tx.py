@@ -1,0 +1,95 @@
+"""LedgerTx: one database transaction of the ledger, composed of the statements of each table
+family (:mod:`.reservations`, :mod:`.counters`, :mod:`.journal`, :mod:`.configs`,
+:mod:`.identity`, :mod:`.apps`). Every statement is named, with a comment on what it locks.
+
+Canonical lock order, the same on every path, so there are no deadlocks by design:
+
+1. the config head row (configuration writers only),
+2. the partition lock (reserve takes it shared; limit changes and ``audit --fix`` exclusively),
+3. reservation rows (commit, rollback and the sweeper, which skips rows already locked),
+4. application rows, sorted by ``app_key``,
+5. ``queue`` counters, sorted by (scope, resource),
+6. ``subtree`` counters, sorted by (scope, resource), read by a *separate* statement so that
+   a subtree row created while we waited for step 5 is seen (READ COMMITTED re-reads),
+7. user/group counters (``quota_identity_usages``), sorted by (kind, name, queue, resource).
+
+New rows (a reservation's header, items, journal entries) may be written at any point: nobody
+else can wait for a row not yet committed. Reserve and commit write theirs *before* locking the
+counters, so the shared counters are held only for check, update and commit.
+
+Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
+limit change holding the exclusive lock sees every counter it has to sum (no phantoms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, func, select
+
+from quota_ledger.driver import dialect
+from quota_ledger.driver.apps import AppStatements
+from quota_ledger.driver.configs import ConfigStatements
+from quota_ledger.driver.counters import CounterStatements, MissingCounters
+from quota_ledger.driver.identity import IdentityStatements
+from quota_ledger.driver.journal import JournalStatements
+from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.reservations import ReservationStatements
+from quota_ledger.driver.schema import quota_partitions
+
+# -- partition (step 2) ------------------------------------------------------------------------
+# lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
+_LOCK_PARTITION_ROW = select(dialect.utcnow()).where(quota_partitions.c.name == bindparam("p"))
+# lock_partition_* on PostgreSQL: a transaction-scoped advisory lock; no row is written.
+_PG_LOCK_EXCLUSIVE = select(func.pg_advisory_xact_lock(bindparam("ns"), bindparam("k")), dialect.utcnow())
+PG_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%(ns)s, %(k)s), TIMEZONE('UTC', clock_timestamp())"
+# db_now: the database clock; no lock.
+_DB_NOW = select(dialect.utcnow())
+
+
+class LedgerTx(
+    ReservationStatements,
+    AppStatements,
+    CounterStatements,
+    IdentityStatements,
+    JournalStatements,
+    ConfigStatements,
+):
+    """One database transaction of the ledger. The engine decides; this class reads and writes."""
+
+    def __init__(self, conn: Connection, backend: str, attempt: int) -> None:
+        self.conn = conn
+        self.backend = backend
+        #: 0 on the first try; a retry after a lost connection checks what already happened
+        self.attempt = attempt
+        #: run by the driver once this transaction has committed (never for a failed attempt)
+        self.after_commit: list[Callable[[], None]] = []
+        #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_fast)
+        self.fast = FastPath(conn) if backend == "postgresql" else None
+
+    def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
+        """Take the partition lock (shared or exclusive) and return the database clock."""
+        if self.backend == "postgresql":
+            params = {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
+            if self.fast is not None and not exclusive:
+                return self.fast.all(PG_LOCK_SHARED, params)[0][1]  # type: ignore[no-any-return]
+            return self.conn.execute(_PG_LOCK_EXCLUSIVE, params).one()[1]  # type: ignore[no-any-return]
+        row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
+        now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
+        if now is None:
+            raise MissingCounters(partition, [])
+        return now
+
+    def ensure_partition(self, partition: str, now: datetime) -> None:
+        """Make sure the partition has its row (so the sweeper and audit find it).
+
+        Elsewhere :meth:`lock_partition` already needed the row; PostgreSQL's advisory lock
+        does not, so there the row is inserted if missing.
+        """
+        if self.backend == "postgresql":
+            self.create_missing(partition, [], now)
+
+    def db_now(self) -> datetime:
+        """The database clock."""
+        return self.conn.execute(_DB_NOW).scalar_one()  # type: ignore[no-any-return]
