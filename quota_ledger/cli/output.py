@@ -1,13 +1,19 @@
-"""What the ``quota-ledger`` command prints for people: tables in each resource's own units.
-
-``--json`` bypasses all of this and prints base units.
+"""What the ``quota-ledger`` command prints: for people, tables in each resource's own units;
+with ``--json``, the same facts as JSON in base units (errors too, on standard error).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
+from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.quantity import KUBE_CPU_NAMES, format_human
 from quota_ledger.model.values import Drift, Reservation, Usage
 from quota_ledger.service.tokens import Token
@@ -161,3 +167,51 @@ def drift_table(drifts: Iterable[Drift]) -> str:
             ]
         )
     return table(["PARTITION", "TYPE", "SCOPE", "RESOURCE", "IN USE/RESERVED", "EXPECTED", "STATUS"], rows)
+
+
+# -- JSON and one-line results ------------------------------------------------------------------
+def emit(data: object) -> None:
+    """Print ``data`` as JSON: dates in ISO 8601, enums as their values, sets and tuples as lists."""
+    print(json.dumps(data, default=_json_default, indent=2, sort_keys=True))
+
+
+def say(args: argparse.Namespace, data: dict[str, Any], template: str) -> None:
+    """A command's one-line result: ``data`` as JSON with ``--json``, else ``template`` filled in."""
+    if args.json:
+        emit(data)
+    else:
+        print(template.format(**data))
+
+
+def reservation(args: argparse.Namespace, found: Reservation) -> int:
+    """Print a reservation (JSON with ``--json``); 0, the exit code of the commands that do."""
+    if args.json:
+        emit(dataclasses.asdict(found))
+    else:
+        print("\n".join(reservation_lines(found)))
+    return 0
+
+
+def fail(args: argparse.Namespace, error: QuotaLedgerError, **extra: Any) -> None:
+    """Report ``error`` on standard error: its class, message and ``extra`` facts with ``--json``."""
+    if args.json:
+        print(
+            json.dumps(
+                {"error": type(error).__name__, "message": str(error), **extra},
+                default=_json_default,
+                indent=2,
+            ),
+            file=sys.stderr,
+        )
+    else:
+        print(f"error: {error}", file=sys.stderr)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | set):
+        return list(value)
+    raise TypeError(type(value).__name__)

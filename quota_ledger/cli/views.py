@@ -4,7 +4,7 @@ on a terminal (``sweep --once``, ``audit``)."""
 
 from __future__ import annotations
 
-from quota_ledger.cli import progress as cli_progress
+from quota_ledger.cli import progress
 from quota_ledger.cli.remote import RemoteEngine
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model import short_ids
@@ -30,31 +30,31 @@ def expire_backlog(engine: QuotaEngine, batch: int, workers: int, rate: float | 
     """One sweep of everything that ran out: a single ``expire()`` call for a script; on a
     terminal, rounds of one batch per worker so that the bar moves, then a last call that
     sweeps to the end what ran out meanwhile, as the single call would."""
-    if not cli_progress.wanted():
+    if not progress.wanted():
         return engine.expire(batch_size=batch, workers=workers, max_rate=rate)
     total = 0
-    with cli_progress.bar("expiring reservations", overview.expired_backlog(engine)) as progress:
+    with progress.bar("expiring reservations", overview.expired_backlog(engine)) as meter:
         while True:
             expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate, max_batches=workers)
             total += expired
-            progress.advance(expired)
+            meter.advance(expired)
             if expired < workers * batch:
                 break
         expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate)
-        progress.advance(expired)
+        meter.advance(expired)
     return total + expired
 
 
 def audit(engine: QuotaEngine | RemoteEngine, *, fix: bool, partition: str | None) -> list[Drift]:
     """``audit()`` a partition at a time (each is its own transaction anyway), with a bar."""
     if isinstance(engine, RemoteEngine) or partition is not None:
-        with cli_progress.bar(f"auditing {partition or 'every partition'}", None):
+        with progress.bar(f"auditing {partition or 'every partition'}", None):
             return engine.audit(fix=fix, partition=partition)
     names = engine.driver.partitions()
     drifts: list[Drift] = []
-    with cli_progress.bar("auditing", len(names)) as progress:
+    with progress.bar("auditing", len(names)) as meter:
         for name in names:
-            progress.describe(f"auditing partition {name}")
+            meter.describe(f"auditing partition {name}")
             drifts += engine.audit(fix=fix, partition=name)
-            progress.advance()
+            meter.advance()
     return drifts

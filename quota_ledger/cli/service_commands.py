@@ -1,4 +1,8 @@
-"""``quota-ledger serve`` and ``quota-ledger tokens``: the HTTP service's commands."""
+"""The HTTP service's commands: ``serve`` and ``tokens add|list|revoke``. Both work on the
+database itself, never through ``--url``.
+
+uvicorn and the FastAPI app are imported when ``serve`` runs, not with this module: every other
+command starts without them."""
 
 from __future__ import annotations
 
@@ -6,15 +10,20 @@ import argparse
 import dataclasses
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quota_ledger.cli import output as cli_output
+from quota_ledger.cli import output
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.service import tokens
 from quota_ledger.service.settings import Settings
 
+if TYPE_CHECKING:
+    from quota_ledger.cli.parser import SharedOptions, Subcommands
 
-def register(sub: Any, common: argparse.ArgumentParser) -> None:
+
+def register(sub: Subcommands, options: SharedOptions) -> None:
+    """Add ``serve`` and ``tokens`` with its actions."""
+    common = options.common
     p = sub.add_parser("serve", parents=[common], help="run the HTTP service (and the expiry sweeper)")
     p.add_argument("--host", help="listen address (env QUOTA_LEDGER_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (env QUOTA_LEDGER_PORT, default 8080; 0 = any free port)")
@@ -30,7 +39,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         choices=("text", "json", "off"),
         help="a line a request on stderr: text, json (lines) or off (env QUOTA_LEDGER_ACCESS_LOG; text)",
     )
-    p.set_defaults(handler=_serve)
+    p.set_defaults(handler=_serve, local_only=True, creates_ledger=True)
     tok = sub.add_parser("tokens", help="bearer tokens of the HTTP service").add_subparsers(
         title="tokens commands", metavar="ACTION"
     )
@@ -44,13 +53,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace the token of that name, if any (its old value stops working)",
     )
-    p.set_defaults(handler=_tokens_add)
+    p.set_defaults(handler=_tokens_add, local_only=True)
     tok.add_parser("list", parents=[common], help="list tokens (never their values)").set_defaults(
-        handler=_tokens_list
+        handler=_tokens_list, local_only=True
     )
     p = tok.add_parser("revoke", parents=[common], help="revoke token NAME")
     p.add_argument("name")
-    p.set_defaults(handler=_tokens_revoke)
+    p.set_defaults(handler=_tokens_revoke, local_only=True)
 
 
 def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
@@ -193,7 +202,7 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
         print(json.dumps([dataclasses.asdict(t) for t in found], default=str, indent=2))
         return 0
-    print(cli_output.tokens_table(found))
+    print(output.tokens_table(found))
     if not found:
         print("# no tokens yet: quota-ledger tokens add NAME --role ROLE", file=sys.stderr)
     return 0
@@ -203,9 +212,3 @@ def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) 
     tokens.revoke(engine, args.name)
     print(f"revoked token {args.name}")
     return 0
-
-
-#: commands that need the database itself, not a service URL
-LOCAL_ONLY = {_serve, _tokens_add, _tokens_list, _tokens_revoke}
-#: commands that may create the ledger (the service migrates it at start)
-CREATING = {_serve}

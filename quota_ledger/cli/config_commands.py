@@ -1,21 +1,41 @@
-"""``quota-ledger config diff``: a configuration change, reviewed before it is applied."""
+"""The ``config`` commands: ``apply``, ``diff`` (a change reviewed before it is applied),
+``validate`` and ``show``, on configurations in YuniKorn's format."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
+import yaml
+
+from quota_ledger.cli import output, progress
+from quota_ledger.cli.arguments import read_source
+from quota_ledger.cli.exit_codes import EXIT_ERROR
 from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.quantity import format_quantity
 from quota_ledger.service.settings import Settings
 
+if TYPE_CHECKING:
+    from quota_ledger.cli.parser import SharedOptions, Subcommands
 
-def register(config: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``diff`` to the ``config`` commands."""
+
+def register(sub: Subcommands, options: SharedOptions) -> None:
+    """Add ``config`` and its actions."""
+    common = options.common
+    config = sub.add_parser("config", help="queue configuration (YuniKorn format)").add_subparsers(
+        title="config commands", metavar="ACTION"
+    )
+    p = config.add_parser("apply", parents=[common], help="apply FILE (YAML or JSON; - for stdin)")
+    p.add_argument("file")
+    p.add_argument(
+        "--allow-removing-all",
+        action="store_true",
+        help="apply it even if it removes every limit of a partition (refused otherwise)",
+    )
+    p.set_defaults(handler=_config_apply)
     p = config.add_parser(
         "diff",
         parents=[common],
@@ -23,6 +43,24 @@ def register(config: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("file", help="YAML or JSON; - for stdin")
     p.set_defaults(handler=_config_diff)
+    p = config.add_parser("validate", parents=[common], help="list every problem of FILE; exit 1 if any")
+    p.add_argument("file")
+    p.set_defaults(handler=_config_validate)
+    config.add_parser("show", parents=[common], help="print the configuration in force").set_defaults(
+        handler=_config_show
+    )
+
+
+def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    source = read_source(args.file)
+    before = engine.config_version()
+    with progress.bar(f"applying {args.file}", None):
+        version = engine.apply_config(source, allow_removing_all=args.allow_removing_all)
+    if version == before:
+        output.say(args, {"version": version}, "configuration unchanged: version {version} stays in force")
+    else:
+        output.say(args, {"version": version}, "applied configuration version {version}")
+    return 0
 
 
 def _config_diff(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
@@ -31,6 +69,26 @@ def _config_diff(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
         print(json.dumps(found.as_dict(), indent=2, sort_keys=True))
     else:
         print(render(found))
+    return 0
+
+
+def _config_validate(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    problems = engine.validate_config(read_source(args.file))
+    if args.json:
+        output.emit([dataclasses.asdict(p) for p in problems])
+    elif not problems:
+        print("configuration is valid")
+    for problem in [] if args.json else problems:
+        print(f"- {problem.describe()}")
+    return EXIT_ERROR if problems else 0
+
+
+def _config_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    document = engine.config()
+    if args.json:
+        output.emit({"version": engine.config_version(), "config": document})
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
     return 0
 
 
@@ -106,14 +164,3 @@ def _aligned(rows: list[tuple[str, str, str, str]]) -> list[str]:
     return [
         f"  {mark} {name.ljust(who)}  {resource.ljust(res)}  {text}" for mark, name, resource, text in rows
     ]
-
-
-def read_source(path: str) -> str:
-    """The text of a FILE argument (``-`` for standard input); an unreadable file is a typed error."""
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as error:
-        raise InvalidRequest(f"cannot read {path}: {error.strerror}", field="file") from error

@@ -1,0 +1,97 @@
+"""The ``quota-ledger`` argument parser: the options every command shares, and the command tree,
+built from each command group's ``register``.
+
+A command's parser carries, as defaults, its ``handler`` (called with the engine, the parsed
+arguments and the settings; it returns the exit code) and two facts :mod:`quota_ledger.cli.app`
+acts on before calling it: ``local_only`` (it needs the database, not a service ``--url``) and
+``creates_ledger`` (it may create the database, so a missing SQLite file is not an error)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+from quota_ledger.cli import (
+    admin_commands,
+    config_commands,
+    kube_commands,
+    ledger_commands,
+    service_commands,
+)
+from quota_ledger.service import location
+
+if TYPE_CHECKING:
+    #: what ``add_subparsers`` returns: each group's ``register`` adds its commands to it
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+#: the global options, with their values when a command line does not give them
+GLOBAL_DEFAULTS: dict[str, object] = {
+    "db": None,
+    "json": False,
+    "verbose": False,
+    "settings": None,
+    "url": None,
+    "token": None,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedOptions:
+    """Parent parsers that commands list in ``parents=[...]``."""
+
+    #: the global options (``--db``, ``--json``, ``--url``...), accepted before or after the command
+    common: argparse.ArgumentParser
+    #: ``--partition``
+    partition: argparse.ArgumentParser
+    #: ``--user``, ``--group``, ``--application``: who a reservation or release is for
+    identity: argparse.ArgumentParser
+
+
+def build() -> argparse.ArgumentParser:
+    """The whole parser, commands in the order ``--help`` lists them."""
+    options = shared_options()
+    parser = argparse.ArgumentParser(
+        prog="quota-ledger", parents=[options.common], description="A database-backed quota ledger."
+    )
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    admin_commands.register_schema(sub, options)
+    ledger_commands.register(sub, options)
+    admin_commands.register_upkeep(sub, options)
+    config_commands.register(sub, options)
+    admin_commands.register_reports(sub, options)
+    kube_commands.register(sub, options)
+    service_commands.register(sub, options)
+    return parser
+
+
+def shared_options() -> SharedOptions:
+    # Global options take SUPPRESS as their default: a command's parser would otherwise set
+    # the default over a value given before the command (the parents share their actions).
+    # quota_ledger.cli.app fills in GLOBAL_DEFAULTS after parsing.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        help=f"database URL (env QUOTA_LEDGER_DB; default: the SQLite file {location.default_file()})",
+    )
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--url", default=argparse.SUPPRESS, help="talk to a running service instead (env QUOTA_LEDGER_URL)"
+    )
+    common.add_argument(
+        "--token", default=argparse.SUPPRESS, help="bearer token for --url (env QUOTA_LEDGER_TOKEN)"
+    )
+    common.add_argument(
+        "--settings",
+        default=argparse.SUPPRESS,
+        help="settings file of QUOTA_LEDGER_*=value lines (env QUOTA_LEDGER_SETTINGS_FILE)",
+    )
+    partition = argparse.ArgumentParser(add_help=False)
+    partition.add_argument("--partition", default="default")
+    identity = argparse.ArgumentParser(add_help=False)
+    identity.add_argument("--user")
+    identity.add_argument("--group", action="append", help="a group of the user (repeatable)")
+    identity.add_argument("--application")
+    return SharedOptions(common=common, partition=partition, identity=identity)
