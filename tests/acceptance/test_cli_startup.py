@@ -1,0 +1,57 @@
+"""The command line starts without the packages only some commands use: alembic (the ``db``
+commands), uvicorn and FastAPI (``serve``), httpx (``--url``) and rich (a progress bar on a
+terminal). Each of them adds to the start-up time of every other command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: imported by the commands that use them, never at start-up
+LATE = ("alembic", "uvicorn", "fastapi", "starlette", "httpx", "rich")
+
+RUN = """
+import json, sys
+from quota_ledger.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:  # --help
+    pass
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def loaded_by(tmp_path: Path, *args: str) -> set[str]:
+    """The top-level packages a fresh interpreter holds after running ``quota-ledger ARGS``."""
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    result = subprocess.run(
+        [sys.executable, "-c", RUN, "--db", db, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    loaded_by(tmp_path, "db", "upgrade")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("usage", "root"), ("limits", "show"), ("reserve", "root.a", "vcore=1"), ("audit",)],
+)
+def test_commands_start_without_the_packages_of_other_commands(ledger: Path, args: tuple[str, ...]) -> None:
+    assert loaded_by(ledger, *args).isdisjoint(LATE)
+
+
+def test_the_db_commands_load_alembic_when_they_run(ledger: Path) -> None:
+    assert "alembic" in loaded_by(ledger, "db", "current")
