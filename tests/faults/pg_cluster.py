@@ -9,6 +9,7 @@ raises :class:`ClusterError`: the fault tests fail loudly instead of skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg
@@ -38,7 +40,8 @@ logging_collector = off
 
 
 class ClusterError(RuntimeError):
-    """The fault tests' own PostgreSQL could not be set up, started or stopped."""
+    """A server of the tests' own (PostgreSQL here, Galera in tests/cluster) could not be set up,
+    started or stopped."""
 
 
 def free_port() -> int:
@@ -63,11 +66,22 @@ def server_binaries() -> Path:
 
 
 class PgCluster:
-    """One throw-away cluster: ``start``, ``stop``, ``restart_immediate``, ``kill_postmaster``."""
+    """One throw-away cluster: ``start``, ``stop``, ``restart_immediate``, ``kill_postmaster``,
+    and for a standby ``promote``."""
 
-    def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None) -> None:
-        self.bin = bin_dir or server_binaries()
-        for tool in ("initdb", "pg_ctl", "postgres"):
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        bin_dir: Path | None = None,
+        settings: Mapping[str, str] | None = None,
+        standby_of: PgCluster | None = None,
+    ) -> None:
+        """A new data directory: ``initdb``, or with ``standby_of`` a ``pg_basebackup -R`` of that
+        running cluster (a hot standby streaming from it). ``settings`` go to postgresql.conf."""
+        self.bin = bin_dir or (standby_of.bin if standby_of else server_binaries())
+        tools = ("initdb", "pg_ctl", "postgres") + (("pg_basebackup",) if standby_of else ())
+        for tool in tools:
             if not (self.bin / tool).is_file():
                 raise ClusterError(f"{self.bin / tool} is missing: install the PostgreSQL server binaries")
         self.root = Path(tempfile.mkdtemp(prefix="ql-faults-", dir=root))
@@ -83,12 +97,29 @@ class PgCluster:
             self.root.chmod(0o755)
             shutil.chown(self.root, "postgres", "postgres")
             shutil.chown(self.sockets, "postgres", "postgres")
-        self._run(
-            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-            "--no-sync", "--locale=C.UTF-8",
-        )  # fmt: skip
+        if standby_of is None:
+            self._run(
+                "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                "--no-sync", "--locale=C.UTF-8",
+            )  # fmt: skip
+        else:  # -R: standby.signal and primary_conninfo; the copied postgresql.conf is amended below
+            self._run(
+                "pg_basebackup", "-D", str(self.data), "-h", "127.0.0.1", "-p", str(standby_of.port),
+                "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync",
+            )  # fmt: skip
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(_CONF.format(port=self.port, sockets=self.sockets))
+            conf.writelines(f"{name} = '{value}'\n" for name, value in (settings or {}).items())
+
+    @classmethod
+    def attach(cls, root: Path, port: int, *, bin_dir: Path | None = None) -> PgCluster:
+        """The cluster another process made in ``root`` (its :attr:`root`) on ``port``."""
+        made = cls.__new__(cls)
+        made.bin = bin_dir or server_binaries()
+        made.root, made.data, made.sockets = root, root / "data", root / "sockets"
+        made.log, made.port = root / "server.log", port
+        made._as_postgres, made._killed = os.geteuid() == 0, None
+        return made
 
     @property
     def url(self) -> str:
@@ -104,6 +135,14 @@ class PgCluster:
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def promote(self, timeout: float = 60) -> None:
+        """``pg_ctl promote``: a standby leaves recovery and takes writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", str(int(timeout)), "promote")
+
+    def reload(self) -> None:
+        """``pg_ctl reload``: postgresql.conf and postgresql.auto.conf are read again."""
+        self._run("pg_ctl", "-D", str(self.data), "reload")
 
     def restart_immediate(self) -> None:
         """``pg_ctl restart -m immediate``: every backend dies at once, crash recovery follows."""
@@ -137,11 +176,11 @@ class PgCluster:
         return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def running(self) -> bool:
+        """The postmaster is alive (a killed one nobody reaped, a zombie, is not)."""
         try:
-            os.kill(self.postmaster_pid(), 0)
+            return _alive(self.postmaster_pid())
         except (OSError, ValueError):
             return False
-        return True
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -186,8 +225,8 @@ class PgCluster:
             try:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
             except ClusterError:
-                pid = self.postmaster_pid()
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.postmaster_pid(), signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _run(self, tool: str, *args: str) -> None:
