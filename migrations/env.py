@@ -9,18 +9,27 @@ from sqlalchemy import Connection
 
 from quota_ledger.driver.dialect import build_engine
 from quota_ledger.driver.migrate import VERSION_TABLE
-from quota_ledger.driver.schema import metadata
+from quota_ledger.driver.schema import exists_on, metadata
 from quota_ledger.service import location
 
 config = context.config
 
 
 def run(connection: Connection) -> None:
+    dialect = connection.dialect.name
+
+    def include_object(
+        item: object, name: str | None, type_: str, reflected: bool, compare_to: object
+    ) -> bool:
+        """Columns and indexes the migrations make on other engines only are not compared."""
+        return exists_on(item, dialect)
+
     context.configure(
         connection=connection,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         compare_type=True,
+        include_object=include_object,
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():

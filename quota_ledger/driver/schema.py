@@ -10,6 +10,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ColumnElement,
+    Computed,
     DateTime,
     ForeignKey,
     Index,
@@ -108,6 +109,19 @@ def _where(predicate: str) -> dict[str, Any]:
     return {"postgresql_where": text(predicate), "sqlite_where": text(predicate)}
 
 
+#: ``info`` of a column or index that only some engines have; see :func:`exists_on`
+_MARIADB_ONLY = {"dialects": ("mariadb", "mysql")}
+_PARTIAL_ONLY = {"dialects": ("postgresql", "sqlite")}
+
+
+def exists_on(item: Any, dialect: str) -> bool:
+    """Whether the migrations make this column or index on ``dialect`` (most are everywhere)."""
+    info = getattr(item, "info", None) or {}
+    return dialect in info.get("dialects", (dialect,))
+
+
+_KEY_OR_ID_LENGTH = 255 + 1 + 36  # a key, or a tab and an id
+
 reservations = Table(
     "reservations",
     metadata,
@@ -126,6 +140,18 @@ reservations = Table(
     Column("resolved_at", timestamp_type(), nullable=True),
     Column("kube", Text, nullable=True, comment="JSON {usage, scopes} for ResourceQuotas"),
     Column("released_at", timestamp_type(), nullable=True),
+    # MariaDB only: what its unique key index holds. A keyed row's key; a keyless row's id
+    # behind a tab (a key is printable, so the two never meet). An index on the nullable key
+    # would do, but Galera certifies a NULL in a unique index as one value, so keyless rows
+    # written at once on two nodes would conflict. Never NULL (MariaDB allows no NOT NULL on
+    # a generated column).
+    Column(
+        "key_or_id",
+        name_type(_KEY_OR_ID_LENGTH),
+        Computed(text("COALESCE(`key`, CONCAT(CHAR(9 USING utf8mb4), `id`))"), persisted=True),
+        comment="MariaDB: key, or TAB + id without one; unique per partition",
+        info=_MARIADB_ONLY,
+    ),
     CheckConstraint("state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"),
     CheckConstraint(
         "(state = 'pending' AND resolved_at IS NULL) OR (state <> 'pending' AND resolved_at IS NOT NULL)",
@@ -134,7 +160,17 @@ reservations = Table(
     # Partial where the engine has them (PostgreSQL, SQLite): a row leaving 'pending', or one
     # without a key, adds no entry to these: a commit or an expiry writes to the primary key
     # and the resolved index below only (and the key index, for a keyed row).
-    Index("uq_reservations_partition_key", "partition", "key", unique=True, **_where("key IS NOT NULL")),
+    Index(
+        "uq_reservations_partition_key",
+        "partition",
+        "key",
+        unique=True,
+        info=_PARTIAL_ONLY,
+        **_where("key IS NOT NULL"),
+    ),
+    # MariaDB: keys are unique through key_or_id; lookups by key use the plain index.
+    Index("uq_reservations_partition_key_or_id", "partition", "key_or_id", unique=True, info=_MARIADB_ONLY),
+    Index("ix_reservations_partition_key", "partition", "key", info=_MARIADB_ONLY),
     Index(None, "partition", "state", "expires_at", **_where("state = 'pending'")),
     Index(None, "partition", "queue", "state", "expires_at", **_where("state = 'pending'")),
     # The usage history finds the reservations resolved in its window here. Partial where the

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, SchemaNotReady
@@ -27,7 +27,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0007"
+        assert migrate.current(engine.driver.engine) == "0008"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None
@@ -76,18 +76,52 @@ def test_pending_and_key_indexes_are_partial_where_the_engine_has_them(empty_db:
         backend = engine.driver.engine.dialect.name
     pending = indexes["ix_reservations_partition_state_expires_at"]
     by_queue = indexes["ix_reservations_partition_queue_state_expires_at"]
-    key = indexes["uq_reservations_partition_key"]
-    assert key["unique"]
     assert by_queue["column_names"] == ["partition", "queue", "state", "expires_at"]
     assert pending["column_names"] == ["partition", "state", "expires_at"]
     where = {name: idx.get("dialect_options", {}).get(f"{backend}_where") for name, idx in indexes.items()}
     if backend in ("postgresql", "sqlite"):
+        key = indexes["uq_reservations_partition_key"]
+        assert key["unique"]
         assert "pending" in str(where[pending["name"]])
         assert "pending" in str(where[by_queue["name"]])
         assert "NOT NULL" in str(where[key["name"]]).upper()
     else:  # MariaDB has no partial indexes: full ones, same columns
         assert where[pending["name"]] is None
         assert where[by_queue["name"]] is None
+
+
+@pytest.mark.parametrize("empty_db", ["mariadb"], indirect=True)
+def test_no_unique_index_on_mariadb_holds_a_null_for_a_keyless_reservation(empty_db: URL) -> None:
+    """Galera certifies a NULL in a unique index as one value: keyless rows on two nodes would
+    conflict. Keys are unique through ``key_or_id``; lookups by key use a plain index."""
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        keyless = engine.reserve("root.a", {"fpga": 1})
+        keyed = engine.reserve("root.a", {"fpga": 1}, key="k1")
+        assert engine.reserve("root.a", {"fpga": 1}, key="k1") == keyed
+        inspector = inspect(engine.driver.engine)
+        nullable = {c["name"] for c in inspector.get_columns("reservations") if c["nullable"]}
+        indexes = {i["name"]: i for i in inspector.get_indexes("reservations")}
+        with engine.driver.engine.connect() as conn:
+            slots = dict(conn.execute(text("SELECT id, key_or_id FROM reservations")).all())
+            nulls = conn.execute(text("SELECT count(*) FROM reservations WHERE key_or_id IS NULL")).scalar()
+            plan = (
+                conn.execute(
+                    text("EXPLAIN SELECT id FROM reservations WHERE `partition` = 'default' AND `key` = 'k1'")
+                )
+                .mappings()
+                .one()
+            )
+    assert "uq_reservations_partition_key" not in indexes
+    assert indexes["uq_reservations_partition_key_or_id"]["unique"]
+    assert indexes["uq_reservations_partition_key_or_id"]["column_names"] == ["partition", "key_or_id"]
+    assert not indexes["ix_reservations_partition_key"]["unique"]
+    for index in indexes.values():  # key_or_id is declared nullable but never NULL
+        if index["unique"]:
+            assert not set(index["column_names"]) & (nullable - {"key_or_id"}), index
+    assert nulls == 0
+    assert slots == {keyless.id: "\t" + keyless.id, keyed.id: "k1"}
+    assert plan["key"] == "ix_reservations_partition_key"
 
 
 @pytest.mark.slow
@@ -134,6 +168,6 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0007" in result.stdout
+    assert "schema at 0008" in result.stdout
     assert (tmp_path / "data" / "quota-ledger" / "ledger.db").is_file()
     assert list(workdir.iterdir()) == []
