@@ -17,6 +17,7 @@ loudly instead of skipping.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-
 from pg_cluster import ClusterError, free_port
 
 MARIADBD = Path(os.environ.get("QUOTA_LEDGER_MARIADBD", "/usr/sbin/mariadbd"))
@@ -202,11 +202,11 @@ class GaleraNode:
             time.sleep(0.2)
         raise ClusterError(f"{self.name} not synced after {timeout:.0f} s ({last}):\n{self.log_tail()}")
 
-    def query(self, sql: str, database: str | None = None, *, autocommit: bool = True) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, database: str | None = None) -> list[tuple[Any, ...]]:
         """Run one statement on this node as root; its rows."""
         conn = pymysql.connect(
             host="127.0.0.1", port=self.port, user="root", database=database,
-            connect_timeout=3, read_timeout=30, autocommit=autocommit,
+            connect_timeout=3, read_timeout=30, autocommit=True,
         )  # fmt: skip
         try:
             with conn.cursor() as cursor:
@@ -220,10 +220,8 @@ class GaleraNode:
 
     def _reap(self) -> None:
         if self._process is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
             self._process = None
 
 
@@ -243,11 +241,15 @@ class GaleraCluster:
         if shutil.which("rsync") is None:
             missing.append("rsync (the state transfer method)")
         if missing:
-            raise ClusterError(f"missing for a Galera cluster: {', '.join(missing)} (install mariadb-server, galera-4)")
+            needed = ", ".join(missing)
+            raise ClusterError(f"missing for a Galera cluster: {needed} (install mariadb-server, galera-4)")
         if root is None:
             root = Path(tempfile.mkdtemp(prefix="ql-galera-"))
         root.mkdir(parents=True, exist_ok=True)
-        ports = [NodePorts(sql=free_port(), gcomm=free_port(), ist=free_port(), sst=free_port()) for _ in range(size)]
+        ports = [
+            NodePorts(sql=free_port(), gcomm=free_port(), ist=free_port(), sst=free_port())
+            for _ in range(size)
+        ]
         made = cls(root, ports)
         made.configure()
         (root / STATE_FILE).write_text(json.dumps([asdict(p) for p in ports]))
@@ -288,10 +290,8 @@ class GaleraCluster:
     def destroy(self) -> None:
         """Stop every node however it is (SIGKILL if a clean stop hangs) and delete the files."""
         for node in reversed(self.nodes):
-            try:
+            with contextlib.suppress(OSError):
                 node.stop(timeout=30)
-            except OSError:
-                pass
         shutil.rmtree(self.root, ignore_errors=True)
 
     def wait_size(self, size: int, timeout: float = 60, *, on: GaleraNode | None = None) -> None:
@@ -311,7 +311,9 @@ class GaleraCluster:
 
     def create_database(self, name: str) -> list[str]:
         """``CREATE DATABASE`` on node 1 (replicated as DDL); one URL per node."""
-        self.nodes[0].query(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        self.nodes[0].query(
+            f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        )
         return [n.url(name) for n in self.nodes]
 
 
