@@ -1,0 +1,40 @@
+"""Clusters of the tests' own: a three-node Galera cluster and a PostgreSQL primary with a hot
+standby, one per test module; a failure to set one up fails the tests (no skip).
+
+Every test here is marked ``cluster`` and grouped (``xdist_group``) by cluster, so that the
+workers of ``scripts/test`` (``--dist loadgroup``) start each cluster once."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))  # pg_cluster
+
+from galera import GaleraCluster
+from pg_replication import PgReplication
+
+
+@pytest.fixture(scope="module")
+def galera() -> Iterator[GaleraCluster]:
+    """Three synced nodes; node 1 bootstrapped the group."""
+    made = GaleraCluster.create()
+    try:
+        made.start()
+        yield made
+    finally:
+        made.destroy()
+
+
+@pytest.fixture(scope="module", params=["sync", "async"])
+def replication(request: pytest.FixtureRequest) -> Iterator[PgReplication]:
+    """A primary and a streaming hot standby, synchronous or not."""
+    made = PgReplication(synchronous=request.param == "sync")
+    try:
+        made.start()
+        yield made
+    finally:
+        made.destroy()
