@@ -1,8 +1,10 @@
 """Clusters of the tests' own: a three-node Galera cluster and a PostgreSQL primary with a hot
 standby, one per test module; a failure to set one up fails the tests (no skip).
 
-Every test here is marked ``cluster`` and grouped (``xdist_group``) by cluster, so that the
-workers of ``scripts/test`` (``--dist loadgroup``) start each cluster once."""
+Every test here is marked ``cluster`` (``-m "not cluster"`` leaves them out). Each cluster serves
+one test, whose steps build on each other: the xdist workers split a module's tests, and each
+worker would start a cluster of its own (``--dist loadgroup`` does not keep groups together
+with this pytest)."""
 
 from __future__ import annotations
 

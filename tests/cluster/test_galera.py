@@ -2,7 +2,7 @@
 writer), read on the others, keyless reservations written on two nodes at once without
 certification conflicts, and a node killed with ``kill -9`` rejoining with identical tables.
 
-The tests of this module run in order on one cluster (module fixture ``galera``)."""
+The steps run in order in one test, on one cluster (fixture ``galera``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from polling import eventually
 from quota_ledger import QuotaEngine, Usage
 from quota_ledger.driver.schema import metadata
 
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("galera")]
+pytestmark = pytest.mark.cluster
 
 DATABASE = "ledger"
 TABLES = sorted(t.name for t in metadata.sorted_tables)
@@ -51,18 +51,14 @@ def _table_names(node: GaleraNode) -> set[str]:
     return {str(row[0]) for row in node.query(f"SHOW TABLES FROM `{DATABASE}`")}
 
 
-def test_migrating_on_the_writer_makes_the_schema_on_every_node(
-    galera: GaleraCluster, urls: list[str]
-) -> None:
+def _schema_is_on_every_node(galera: GaleraCluster) -> None:
     for node in galera.nodes:
         assert _table_names(node) >= set(TABLES), node.name
         version = node.query(f"SELECT version_num FROM `{DATABASE}`.quota_ledger_alembic_version")
         assert version == [("0008",)], node.name
 
 
-def test_reserve_and_commit_on_the_writer_are_read_on_every_node(
-    galera: GaleraCluster, urls: list[str], writer: QuotaEngine
-) -> None:
+def _writes_on_the_writer_are_read_on_every_node(urls: list[str], writer: QuotaEngine) -> None:
     writer.set_limits("root.team", {"fpga": 10, "memory": "64Gi"})
     committed = writer.reserve("root.team", {"fpga": 3, "memory": "8Gi"}, key="job-1")
     writer.commit(committed.id)
@@ -77,9 +73,7 @@ def test_reserve_and_commit_on_the_writer_are_read_on_every_node(
     assert writer.audit() == []
 
 
-def test_keyless_reservations_on_two_nodes_meet_no_certification_conflict(
-    galera: GaleraCluster, urls: list[str]
-) -> None:
+def _keyless_reservations_on_two_nodes_meet_no_conflict(urls: list[str]) -> None:
     """Galera would certify a NULL key in a unique index as one value (migration 0008)."""
     keyless_load.prepare(urls[0], 2, 1)
     result = keyless_load.run(urls[:2], 3)
@@ -91,7 +85,7 @@ def test_keyless_reservations_on_two_nodes_meet_no_certification_conflict(
         assert engine.audit() == []
 
 
-def test_a_node_killed_and_started_again_rejoins_with_identical_tables(
+def _a_killed_node_rejoins_with_identical_tables(
     galera: GaleraCluster, urls: list[str], writer: QuotaEngine
 ) -> None:
     node3 = galera.nodes[2]
@@ -106,8 +100,19 @@ def test_a_node_killed_and_started_again_rejoins_with_identical_tables(
     galera.wait_size(3, on=node3)
     sums = [_checksums(node) for node in galera.nodes]
     assert sums[0] == sums[1] == sums[2]
-    assert sums[0]["ledger.reservations"] != 0
+    assert sums[0][f"{DATABASE}.reservations"] != 0
     with QuotaEngine.from_url(urls[2]) as rejoined:
         assert rejoined.usage("root.while-down")["fpga"] == Usage(in_use=1, reserved=1, limit=5)
         assert rejoined.get(made[2].id) == made[2]
         assert rejoined.audit() == []
+
+
+def test_the_ledger_on_galera_replicates_avoids_conflicts_and_survives_a_killed_node(
+    galera: GaleraCluster, urls: list[str], writer: QuotaEngine
+) -> None:
+    """One test, in steps: each step builds on the one before, and the cluster takes half a
+    minute to start, so they must share one (a parallel run would split separate tests)."""
+    _schema_is_on_every_node(galera)
+    _writes_on_the_writer_are_read_on_every_node(urls, writer)
+    _keyless_reservations_on_two_nodes_meet_no_conflict(urls)
+    _a_killed_node_rejoins_with_identical_tables(galera, urls, writer)

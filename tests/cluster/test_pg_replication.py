@@ -2,7 +2,7 @@
 the primary and read on the standby, refused (typed) on the standby, and written on the standby
 once it is promoted after the primary was killed with ``kill -9``.
 
-The tests of this module run in order on one pair per mode (module fixture ``replication``)."""
+The steps run in order in one test per mode, on one pair (fixture ``replication``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from polling import eventually
 
 from quota_ledger import QuotaEngine, QuotaLedgerError, Usage
 
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("pg_replication")]
+pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,7 @@ def _usage(url: str, queue: str) -> dict[str, Usage]:
         return engine.usage(queue)
 
 
-def test_writes_on_the_primary_are_read_on_the_standby(
-    replication: PgReplication, urls: tuple[str, str]
-) -> None:
+def _writes_on_the_primary_are_read_on_the_standby(urls: tuple[str, str]) -> None:
     primary, standby = urls
     with QuotaEngine.from_url(primary) as writer:
         writer.set_limits("root.team", {"fpga": 10})
@@ -47,12 +45,12 @@ def test_writes_on_the_primary_are_read_on_the_standby(
         assert reader.audit() == []
 
 
-def test_the_standby_refuses_writes_with_a_ledger_error(urls: tuple[str, str]) -> None:
+def _the_standby_refuses_writes_with_a_ledger_error(urls: tuple[str, str]) -> None:
     with QuotaEngine.from_url(urls[1]) as engine, pytest.raises(QuotaLedgerError):
         engine.reserve("root.team", {"fpga": 1})
 
 
-def test_the_promoted_standby_takes_writes_after_the_primary_is_killed(
+def _the_promoted_standby_takes_writes_after_the_primary_is_killed(
     replication: PgReplication, urls: tuple[str, str]
 ) -> None:
     primary, standby = urls
@@ -68,3 +66,13 @@ def test_the_promoted_standby_takes_writes_after_the_primary_is_killed(
         engine.reserve("root.team", {"fpga": 4})
         assert engine.usage("root.team")["fpga"] == Usage(in_use=4, reserved=6, limit=10)
         assert engine.audit() == []
+
+
+def test_a_standby_is_read_refuses_writes_and_takes_them_once_promoted(
+    replication: PgReplication, urls: tuple[str, str]
+) -> None:
+    """One test per mode, in steps that build on each other, so that a parallel run starts one
+    primary and standby per mode."""
+    _writes_on_the_primary_are_read_on_the_standby(urls)
+    _the_standby_refuses_writes_with_a_ledger_error(urls)
+    _the_promoted_standby_takes_writes_after_the_primary_is_killed(replication, urls)
