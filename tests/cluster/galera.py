@@ -98,6 +98,8 @@ class GaleraNode:
         self.cnf = self.dir / "my.cnf"
         self.socket = self.dir / "mariadbd.sock"
         self.pid_file = self.dir / "mariadbd.pid"
+        # written at start, before the server writes its own pid file (late, when it joins)
+        self.started_pid = self.dir / "started.pid"
         self.log = self.dir / "error.log"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -145,6 +147,7 @@ class GaleraNode:
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=self.dir,
             )  # fmt: skip
+        self.started_pid.write_text(str(self._process.pid))
         self.wait_synced(timeout)
 
     def stop(self, timeout: float = 60) -> None:
@@ -171,10 +174,12 @@ class GaleraNode:
     def pid(self) -> int | None:
         if self._process is not None and self._process.poll() is None:
             return self._process.pid
-        try:
-            return int(self.pid_file.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
+        for source in (self.started_pid, self.pid_file):
+            try:
+                return int(source.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return None
 
     def running(self) -> bool:
         pid = self.pid()

@@ -42,12 +42,21 @@ def queue_of(node: int, thread: int) -> str:
     return f"root.node{node}_{thread}"
 
 
-def prepare(writer_url: str, nodes: int, threads: int) -> None:
-    """Limits (and so counters) for every writer's queue, set on one node."""
-    with QuotaEngine.from_url(writer_url) as engine:
-        for node in range(1, nodes + 1):
+def prepare(urls: list[str], threads: int, timeout: float = 30) -> None:
+    """Limits (and so counters) for every writer's queue, set on the first node; returns once
+    every node has them (a node that had not would create the counters itself, and conflict)."""
+    with QuotaEngine.from_url(urls[0]) as engine:
+        for node in range(1, len(urls) + 1):
             for thread in range(threads):
                 engine.set_limits(queue_of(node, thread), {"fpga": 10**15})
+        expected = engine.limits()
+    deadline = time.monotonic() + timeout
+    for url in urls[1:]:
+        with QuotaEngine.from_url(url) as other:
+            while other.limits() != expected:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{url} has not applied the limits after {timeout:.0f} s")
+                time.sleep(0.05)
 
 
 def run(urls: list[str], seconds: float, *, threads: int = 1) -> LoadResult:
