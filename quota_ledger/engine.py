@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -80,22 +80,45 @@ class QuotaEngine:
     @classmethod
     def from_url(
         cls,
-        url: str | URL,
+        url: str | URL | Sequence[str | URL],
         *,
+        read_urls: Sequence[str | URL] | None = None,
         default_ttl: float = DEFAULT_TTL,
         pool_size: int = 10,
         echo: bool = False,
+        retry_attempts: int = 10,
+        retry_seconds: float = 15.0,
+        backoff_cap: float = 3.0,
+        galera_sync_wait: int = 1,
         max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
         max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
     ) -> QuotaEngine:
         """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs.
 
+        ``url`` is one URL, or a list of the writer candidates in order of preference: the
+        hosts of a PostgreSQL primary and its standbys (a libpq multi-host URL is fine too), or
+        the nodes of a Galera cluster, one of which writes at a time. ``read_urls`` are
+        replicas for reads that may be slightly stale. One operation is retried at most
+        ``retry_attempts`` times and ``retry_seconds`` long, waits growing up to
+        ``backoff_cap`` seconds; the defaults ride out a failover of about 9 s. On Galera the
+        writer's sessions set ``wsrep_sync_wait = galera_sync_wait`` (0: not at all). See
+        :class:`DbQuotaDriver` and :mod:`quota_ledger.driver.topology`.
+
         ``max_resources_per_*`` bound how many resources one request, one limit set and one
         partition may name (:class:`TooManyResources` beyond them).
         """
         return cls(
-            DbQuotaDriver.from_url(url, pool_size=pool_size, echo=echo),
+            DbQuotaDriver.from_url(
+                url,
+                read_urls=read_urls,
+                pool_size=pool_size,
+                echo=echo,
+                retry_attempts=retry_attempts,
+                retry_seconds=retry_seconds,
+                backoff_cap=backoff_cap,
+                galera_sync_wait=galera_sync_wait,
+            ),
             default_ttl=default_ttl,
             max_resources_per_request=max_resources_per_request,
             max_resources_per_limit_set=max_resources_per_limit_set,

@@ -80,4 +80,4 @@ def _open(args: argparse.Namespace, settings: Settings, url: str | None) -> Quot
         location.prepare(settings.db)
     else:
         location.require_existing(settings.db)  # else SQLite would leave an empty file behind
-    return QuotaEngine.from_url(settings.db, **settings.engine_options())
+    return QuotaEngine.from_url(settings.db_urls, **settings.engine_options())

@@ -84,7 +84,7 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         print("error: --tls-certfile and --tls-keyfile go together", file=sys.stderr)
         return 2
     access_log.configure(settings.access_log, verbose=bool(args.verbose))
-    served = QuotaEngine.from_url(settings.db, **settings.engine_options())
+    served = QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
     if not args.no_migrate:
         served.migrate()
     scheme = "https" if settings.tls_certfile else "http"

@@ -7,18 +7,18 @@ import random
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, exc, select
 from sqlalchemy.engine import URL
 
-from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver import dialect, pg_functions, topology
 from quota_ledger.driver.counters import MissingCounters
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError, SchemaNotReady
+from quota_ledger.model.errors import DatabaseUnavailable, InvalidRequest, QuotaLedgerError, SchemaNotReady
 
 T = TypeVar("T")
 log = logging.getLogger("quota_ledger.driver")
@@ -29,21 +29,41 @@ class DbQuotaDriver:
 
     ``run(work)`` executes ``work(tx)`` in one transaction. Deadlocks, serialization failures,
     lock timeouts, SQLite busy errors and lost connections roll the whole transaction back and
-    run it again, at most ``max_attempts`` times with jittered exponential backoff; every
-    operation of the engine is written so that running it again is safe.
+    run it again; every operation of the engine is written so that running it again is safe.
+    One operation makes at most ``retry_attempts`` attempts and starts none after
+    ``retry_seconds`` (both bound it; :class:`DatabaseUnavailable` when either is spent).
+
+    Waits between attempts are jittered and double each time up to ``backoff_cap``. A conflict
+    is retried within milliseconds (from ``backoff_base``, fully jittered). A disconnect waits
+    from :attr:`DISCONNECT_BACKOFF` on, at least half of each step: with the defaults (10
+    attempts, 15 s, cap 3 s) the nine waits of a disconnect add up to 9 to 15 s, so a failover
+    of up to about 9 s (a Galera node killed, a standby promoted) is always ridden out, and one
+    of up to 15 s usually is, before a caller sees :class:`DatabaseUnavailable`.
+
+    ``read_engine``, when given, runs ``run(work, read_only=True)``: replicas for reads that
+    tolerate bounded staleness. Everything else runs on ``engine``, the writer.
     """
+
+    #: the shortest first wait after a disconnect, in seconds: a restart or a failover takes time
+    DISCONNECT_BACKOFF = 0.1
 
     def __init__(
         self,
         engine: Engine,
         *,
-        max_attempts: int = 10,
+        read_engine: Engine | None = None,
+        retry_attempts: int = 10,
+        retry_seconds: float = 15.0,
         backoff_base: float = 0.005,
-        backoff_cap: float = 0.5,
+        backoff_cap: float = 3.0,
     ) -> None:
         self.engine = engine
+        self.read_engine = read_engine
         self.backend = engine.dialect.name
-        self.max_attempts = max_attempts
+        #: attempts one operation makes at most (``retry_attempts``)
+        self.max_attempts = retry_attempts
+        #: seconds after the first attempt of an operation when no further attempt starts
+        self.retry_seconds = retry_seconds
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._lock = threading.Lock()
@@ -55,8 +75,37 @@ class DbQuotaDriver:
         self.identity_creator: Callable[[LedgerTx, MissingCounters], None] | None = None
 
     @classmethod
-    def from_url(cls, url: str | URL, *, pool_size: int = 10, echo: bool = False) -> DbQuotaDriver:
-        return cls(dialect.build_engine(url, pool_size=pool_size, echo=echo))
+    def from_url(
+        cls,
+        url: str | URL | Sequence[str | URL],
+        *,
+        read_urls: Sequence[str | URL] | None = None,
+        pool_size: int = 10,
+        echo: bool = False,
+        retry_attempts: int = 10,
+        retry_seconds: float = 15.0,
+        backoff_cap: float = 3.0,
+        galera_sync_wait: int = topology.GALERA_SYNC_WAIT,
+    ) -> DbQuotaDriver:
+        """A driver on ``url``: one URL, or the writer candidates in order of preference (see
+        :mod:`.topology`); ``read_urls`` are replicas for :meth:`run`'s read-only work."""
+        writer = topology.writer_engine(
+            topology.url_list(url), pool_size=pool_size, echo=echo, galera_sync_wait=galera_sync_wait
+        )
+        reader = None
+        if read_urls:
+            readers = topology.url_list(read_urls, field="read_db")
+            if readers[0].get_backend_name() != writer.dialect.name:
+                writer.dispose()
+                raise InvalidRequest("the read URLs name another database than the writer's", field="read_db")
+            reader = topology.read_engine(readers, pool_size=pool_size, echo=echo)
+        return cls(
+            writer,
+            read_engine=reader,
+            retry_attempts=retry_attempts,
+            retry_seconds=retry_seconds,
+            backoff_cap=backoff_cap,
+        )
 
     @property
     def url(self) -> URL:
@@ -64,14 +113,24 @@ class DbQuotaDriver:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.read_engine is not None:
+            self.read_engine.dispose()
 
-    def run(self, work: Callable[[LedgerTx], T], *, isolation: str | None = None) -> T:
-        """Run ``work`` in one transaction, retrying the whole of it on transient failures."""
+    def run(
+        self, work: Callable[[LedgerTx], T], *, isolation: str | None = None, read_only: bool = False
+    ) -> T:
+        """Run ``work`` in one transaction, retrying the whole of it on transient failures.
+
+        ``read_only`` work that may see a slightly stale state goes to the read engine, when
+        there is one; it must not write.
+        """
+        engine = self.read_engine if read_only and self.read_engine is not None else self.engine
+        deadline = time.monotonic() + self.retry_seconds
         attempt = 0
         creations = 0
         while True:
             try:
-                with self.engine.connect() as conn:
+                with engine.connect() as conn:
                     if isolation is not None and self.backend != "sqlite":
                         conn.execution_options(isolation_level=isolation)
                     tx = LedgerTx(conn, self.backend, attempt)
@@ -87,15 +146,16 @@ class DbQuotaDriver:
                     raise DatabaseUnavailable("could not create usage counters") from missing
                 self._create(missing)
             except exc.DBAPIError as error:
-                attempt = self._after_error(error, attempt)
+                attempt = self._after_error(error, attempt, deadline)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
-                attempt = self._after_pool_error(error, attempt)
+                attempt = self._after_pool_error(error, attempt, deadline)
 
     def call(self, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
         """Run one PostgreSQL ledger function (see :mod:`.pg_functions`) as its own transaction,
         retried as :meth:`run` retries; None when it declined or the schema has no functions."""
         if not self.functions:
             return None
+        deadline = time.monotonic() + self.retry_seconds
         attempt = 0
         while True:
             try:
@@ -105,9 +165,9 @@ class DbQuotaDriver:
                 log.warning("no ledger functions in this database (schema before 0004): general path only")
                 return None
             except exc.DBAPIError as error:
-                attempt = self._after_error(error, attempt)
+                attempt = self._after_error(error, attempt, deadline)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
-                attempt = self._after_pool_error(error, attempt)
+                attempt = self._after_pool_error(error, attempt, deadline)
 
     @contextmanager
     def translated(self) -> Iterator[None]:
@@ -129,7 +189,7 @@ class DbQuotaDriver:
         except (exc.TimeoutError, exc.DisconnectionError) as error:
             raise DatabaseUnavailable(str(error)) from error
 
-    def _after_error(self, error: exc.DBAPIError, attempt: int) -> int:
+    def _after_error(self, error: exc.DBAPIError, attempt: int, deadline: float) -> int:
         """Raise what the caller should see, or count a retry, wait, and return the attempt."""
         kind = dialect.classify(error)
         if kind == dialect.MISSING_SCHEMA:
@@ -138,21 +198,30 @@ class DbQuotaDriver:
             raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
         attempt += 1
         self._count(kind)
-        if attempt >= self.max_attempts:
-            raise DatabaseUnavailable(
-                f"gave up after {attempt} attempts ({kind}): {type(error.orig).__name__}"
-            ) from error
-        self._sleep(attempt)
+        spent = self._spent(attempt, deadline)
+        if spent:
+            detail = f"{kind}: {type(error.orig).__name__}"
+            raise DatabaseUnavailable(f"gave up after {spent} ({detail})") from error
+        self._sleep(attempt, kind, deadline)
         return attempt
 
-    def _after_pool_error(self, error: Exception, attempt: int) -> int:
+    def _after_pool_error(self, error: Exception, attempt: int, deadline: float) -> int:
         # Pool exhausted or a connection that failed its check: nothing was sent.
         attempt += 1
         self._count("disconnect")
-        if attempt >= self.max_attempts:
-            raise DatabaseUnavailable(str(error)) from error
-        self._sleep(attempt)
+        spent = self._spent(attempt, deadline)
+        if spent:
+            raise DatabaseUnavailable(f"gave up after {spent}: {error}") from error
+        self._sleep(attempt, dialect.RETRY_DISCONNECT, deadline)
         return attempt
+
+    def _spent(self, attempt: int, deadline: float) -> str | None:
+        """What of the retry budget is spent after ``attempt`` attempts, if any."""
+        if attempt >= self.max_attempts:
+            return f"{attempt} attempts"
+        if time.monotonic() >= deadline:
+            return f"{attempt} attempts in {self.retry_seconds:g} s"
+        return None
 
     def partitions(self) -> list[str]:
         """Every partition that has ever held a counter."""
@@ -175,9 +244,17 @@ class DbQuotaDriver:
 
         self.run(work)
 
-    def _sleep(self, attempt: int) -> None:
-        cap = min(self.backoff_cap, self.backoff_base * 2**attempt)
-        time.sleep(random.uniform(0, cap))  # noqa: S311 - jitter, not cryptography
+    def _sleep(self, attempt: int, kind: str, deadline: float) -> None:
+        # Conflicts: full jitter spreads the contenders. Disconnects: half of each step is
+        # certain, so a few quick failures (connection refused) do not spend every attempt
+        # before a failover is over. Never past the deadline: the last attempt starts on it.
+        if kind == dialect.RETRY_DISCONNECT:
+            cap = min(self.backoff_cap, self.DISCONNECT_BACKOFF * 2**attempt)
+            wait = random.uniform(cap / 2, cap)  # noqa: S311 - jitter, not cryptography
+        else:
+            cap = min(self.backoff_cap, self.backoff_base * 2**attempt)
+            wait = random.uniform(0, cap)  # noqa: S311 - jitter, not cryptography
+        time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
 
     def _count(self, kind: str) -> None:
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import DateTime, Engine, Integer, create_engine, event, exc, insert
@@ -99,9 +100,15 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def build_engine(
-    url: str | URL, *, pool_size: int = 10, max_overflow: int = 30, echo: bool = False
+    url: str | URL,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 30,
+    echo: bool = False,
+    creator: Callable[[], Any] | None = None,
 ) -> Engine:
-    """A SQLAlchemy engine set up the way the driver's locking assumes."""
+    """A SQLAlchemy engine set up the way the driver's locking assumes; ``creator`` (server
+    databases only) opens its connections instead of the driver's ``connect`` on ``url``."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
@@ -119,6 +126,8 @@ def build_engine(
         # Row locks are read fresh under READ COMMITTED; nothing relies on snapshots.
         "isolation_level": "READ COMMITTED",
     }
+    if creator is not None:
+        options["creator"] = creator
     if backend == "postgresql":
         return create_engine(parsed, **options)
     if backend in ("mysql", "mariadb"):
@@ -186,13 +195,39 @@ MISSING_SCHEMA = "schema"
 FATAL = "fatal"
 
 _PG_CONFLICT = {"40P01", "40001", "55P03"}
-_PG_DISCONNECT_PREFIXES = ("08", "57P")
-_MY_CONFLICT = {1205, 1213, 1020}
-_MY_DISCONNECT = {2003, 2006, 2013, 2014, 2055, 1927, 1053, 4031}
+# 25006: a write reached a standby (a host name or address that still points at a demoted
+# primary): drop the connection and reconnect, which finds the primary again.
+_PG_DISCONNECT_PREFIXES = ("08", "57P", "25006")
+# Galera reports a certification failure and a brute-force abort (a replicated write set
+# that won against a local transaction) as 1213, a deadlock; a statement interrupted by the
+# abort may see 1317 instead.
+_MY_CONFLICT = {1205, 1213, 1020, 1317}
+_MY_DISCONNECT = {
+    1047,  # ER_UNKNOWN_COM_ERROR (08S01): "WSREP has not yet prepared node for application use"
+    1053,  # ER_SERVER_SHUTDOWN
+    1158,  # ER_NET_READ_ERROR
+    1159,  # ER_NET_READ_INTERRUPTED
+    1160,  # ER_NET_ERROR_ON_WRITE
+    1161,  # ER_NET_WRITE_INTERRUPTED
+    1180,  # ER_ERROR_DURING_COMMIT: a Galera node that left the primary component mid-commit
+    1927,  # ER_CONNECTION_KILLED
+    2002,  # CR_CONNECTION_ERROR
+    2003,  # CR_CONN_HOST_ERROR
+    2006,  # CR_SERVER_GONE_ERROR
+    2013,  # CR_SERVER_LOST
+    2014,  # CR_COMMANDS_OUT_OF_SYNC
+    2055,  # CR_SERVER_LOST_EXTENDED
+    4031,  # ER_CLIENT_INTERACTION_TIMEOUT
+}
 
 
 def classify(error: exc.DBAPIError) -> str:
-    """Sort a driver error into one of the retry classes above."""
+    """Sort a driver error into one of the retry classes above.
+
+    A disconnect means the connection must not be used again: besides a lost connection, a
+    Galera node that is not ready (1047, while it rejoins or outside the primary component) and
+    a PostgreSQL standby that refused a write; the next attempt may reach another node.
+    """
     orig = error.orig
     if error.connection_invalidated:
         return RETRY_DISCONNECT

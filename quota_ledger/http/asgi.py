@@ -16,5 +16,5 @@ from quota_ledger.service.settings import Settings
 def create() -> FastAPI:
     settings = Settings(_env_file=os.environ.get("QUOTA_LEDGER_SETTINGS_FILE"))  # type: ignore[call-arg]
     access_log.configure(settings.access_log, verbose=os.environ.get("QUOTA_LEDGER_VERBOSE") == "1")
-    engine = QuotaEngine.from_url(settings.db, **settings.engine_options())
+    engine = QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
     return create_app(engine, settings, sweep=os.environ.get("QUOTA_LEDGER_NO_SWEEP") != "1")

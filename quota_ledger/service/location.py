@@ -41,8 +41,20 @@ def default_db_url(environ: Mapping[str, str] | None = None) -> str:
     return f"sqlite:///{default_file(environ)}"
 
 
+def split_urls(text: str) -> list[str]:
+    """The URLs of a setting that may hold several, separated by whitespace. A server URL holds
+    none (a space in a password is written ``%20``); a SQLite file name may, and SQLite takes
+    one URL anyway, so a text that starts with ``sqlite`` is one URL."""
+    text = text.strip()
+    if not text or text.lower().startswith("sqlite"):
+        return [text] if text else []
+    return text.split()
+
+
 def sqlite_file(url: str | URL) -> Path | None:
-    """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    """The file of a SQLite URL; None for other databases, in-memory SQLite and a list."""
+    if isinstance(url, str) and len(split_urls(url)) > 1:
+        return None
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return None
@@ -57,7 +69,8 @@ def describe(url: str | URL) -> str:
     path = sqlite_file(url)
     if path is not None:
         return str(path)
-    return parse_url(url).render_as_string(hide_password=True)
+    urls = split_urls(url) if isinstance(url, str) else [url]
+    return " ".join(parse_url(one).render_as_string(hide_password=True) for one in urls)
 
 
 def prepare(url: str | URL) -> None:

@@ -20,7 +20,23 @@ class Settings(BaseSettings):
     db: str = Field(
         default_factory=location.default_db_url,
         description="database URL (default: the SQLite file $XDG_DATA_HOME/quota-ledger/ledger.db, "
-        "XDG_DATA_HOME being ~/.local/share unless set)",
+        "XDG_DATA_HOME being ~/.local/share unless set); several URLs separated by spaces are the "
+        "writer candidates in order of preference (a PostgreSQL primary and its standbys, Galera nodes)",
+    )
+    read_db: str | None = Field(
+        None,
+        description="replica URLs, separated by spaces, for reads that may be slightly stale "
+        "(unset: every read goes to db)",
+    )
+    retry_attempts: int = Field(10, ge=1, le=1000, description="attempts one operation makes at most")
+    retry_seconds: float = Field(
+        15.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds one operation is retried at most (the default rides out a failover of ~9 s)",
+    )
+    galera_sync_wait: int = Field(
+        1, ge=0, le=15, description="wsrep_sync_wait of the writer's sessions on Galera (0: the server's)"
     )
     default_ttl: float = Field(300.0, gt=0, description="seconds a reservation lives without a ttl")
     sweep_interval: float = Field(5.0, gt=0, description="seconds between expiry sweeps")
@@ -57,9 +73,23 @@ class Settings(BaseSettings):
         "text", description="the service's access log: a text line or a JSON object a request, or none"
     )
 
+    @property
+    def db_urls(self) -> list[str]:
+        """The URLs of :attr:`db`: ``QuotaEngine.from_url``'s first argument."""
+        return location.split_urls(self.db)
+
+    @property
+    def read_db_urls(self) -> list[str]:
+        """The URLs of :attr:`read_db` (none when unset)."""
+        return location.split_urls(self.read_db or "")
+
     def engine_options(self) -> dict[str, Any]:
         """The keyword arguments of ``QuotaEngine.from_url`` that these settings give."""
         return {
+            "read_urls": self.read_db_urls or None,
+            "retry_attempts": self.retry_attempts,
+            "retry_seconds": self.retry_seconds,
+            "galera_sync_wait": self.galera_sync_wait,
             "default_ttl": self.default_ttl,
             "pool_size": self.pool_size,
             "max_resources_per_request": self.max_resources_per_request,

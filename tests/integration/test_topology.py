@@ -1,0 +1,180 @@
+"""Writer candidates in order of preference, replicas for reads, and the retry budget, on the
+machine's servers. A dead host is a closed loopback port, or a TCP forwarder the test cuts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+from tcp_proxy import TcpProxy
+
+from quota_ledger import DatabaseUnavailable, QuotaEngine
+from quota_ledger.driver import topology
+from quota_ledger.driver.topology import MariaDbNodes
+from quota_ledger.driver.tx import LedgerTx
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: a connection to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _at(url: URL, port: int) -> URL:
+    return url.set(host="127.0.0.1", port=port)
+
+
+def _scalar(sql: str) -> Callable[[LedgerTx], Any]:
+    return lambda tx: tx.conn.execute(text(sql)).scalar()
+
+
+def _database_name(url: URL) -> str:
+    return "SELECT current_database()" if url.get_backend_name() == "postgresql" else "SELECT DATABASE()"
+
+
+def test_a_dead_first_writer_is_passed_over(server_db_url: URL) -> None:
+    urls = [_at(server_db_url, _closed_port()), server_db_url]
+    with QuotaEngine.from_url(urls) as engine:
+        engine.migrate()
+        engine.set_limits("root.a", {"fpga": 10})
+        made = engine.reserve("root.a", {"fpga": 2})
+        assert engine.commit(made.id).committed == {"fpga": 2}
+        assert engine.usage("root.a")["fpga"].in_use == 2
+        # The refused host costs no retry: the connection attempt goes on to the next one.
+        assert engine.driver.retries["disconnect"] == 0
+
+
+def test_a_libpq_multi_host_url_finds_the_primary(postgres_url: URL) -> None:
+    dead = _closed_port()
+    url = (
+        f"postgresql://{postgres_url.username}@/{postgres_url.database}"
+        f"?host=127.0.0.1:{dead}&host={postgres_url.host}:{postgres_url.port or 5432}"
+    )
+    with QuotaEngine.from_url(url) as engine:
+        assert engine.driver.url.query["target_session_attrs"] == "read-write"
+        engine.migrate()
+        engine.set_limits("root.a", {"fpga": 10})
+        made = engine.reserve("root.a", {"fpga": 3})
+        assert engine.commit(made.id).committed == {"fpga": 3}
+        assert engine.driver.run(_scalar("SELECT inet_server_port()")) == (postgres_url.port or 5432)
+
+
+def test_the_engine_carries_on_when_the_writer_dies_mid_traffic(server_db_url: URL) -> None:
+    proxy = TcpProxy((server_db_url.host or "127.0.0.1", server_db_url.port or _default_port(server_db_url)))
+    proxy.start()
+    engine = QuotaEngine.from_url([_at(server_db_url, proxy.port), server_db_url], pool_size=4)
+    engine.set_limits("root.a", {"fpga": 1_000_000})
+    done: list[float] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def client(name: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                made = engine.reserve("root.a", {"fpga": 1}, key=f"{name}-{n}")
+                engine.commit(made.id)
+            except BaseException as error:  # the test reports every failure
+                errors.append(error)
+                return
+            done.append(time.monotonic())
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait(lambda: len(done) >= 40 or bool(errors), 30)
+        assert proxy.connections > 0, "the traffic goes through the first host"
+        cut = time.monotonic()
+        proxy.stop()
+        _wait(lambda: sum(1 for at in done if at > cut) >= 40 or bool(errors), 30)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a caller hangs"
+    assert errors == []
+    first_after = min(at for at in done if at > cut)
+    assert first_after - cut < 5, f"served again only {first_after - cut:.1f} s after the cut"
+    assert engine.driver.retries["disconnect"] > 0
+    assert engine.usage("root.a")["fpga"].in_use == len(done)
+    assert engine.audit() == []
+    if server_db_url.get_backend_name() != "postgresql":
+        # MariaDB: the second node writes from now on, also once the first is back.
+        nodes = _nodes(engine)
+        assert nodes.current == 1
+        proxy.start()
+        engine.driver.engine.dispose()
+        assert engine.driver.run(_scalar("SELECT 1")) == 1
+        assert proxy.connections == 0
+        proxy.stop()
+    engine.close()
+
+
+def test_read_only_work_goes_to_the_read_urls(server_db_url: URL, request: pytest.FixtureRequest) -> None:
+    backend = server_db_url.get_backend_name()
+    server = request.getfixturevalue("postgres_server" if backend == "postgresql" else "mariadb_server")
+    replica = server.create_database()
+    read_url = server.url_for(replica)
+    name = _scalar(_database_name(server_db_url))
+    try:
+        read_urls = [_at(read_url, _closed_port()), read_url]
+        with QuotaEngine.from_url(server_db_url, read_urls=read_urls) as engine:
+            assert engine.driver.run(name, read_only=True) == replica
+            assert engine.driver.run(name) == server_db_url.database
+            assert engine.driver.read_engine is not None
+            # A replica may be a standby: the read engine asks for no particular kind of host.
+            assert "target_session_attrs" not in engine.driver.read_engine.url.query
+        with QuotaEngine.from_url(server_db_url) as engine:
+            assert engine.driver.run(name, read_only=True) == server_db_url.database
+    finally:
+        server.drop_database(replica)
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql"])
+def test_an_unreachable_list_gives_up_within_retry_seconds(scheme: str) -> None:
+    urls = [f"{scheme}://nobody@127.0.0.1:{_closed_port()}/none" for _ in range(2)]
+    with QuotaEngine.from_url(urls, retry_attempts=1000, retry_seconds=1.5) as engine:
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match=r"attempts in 1\.5 s"):
+            engine.usage("root.a")
+        took = time.monotonic() - started
+        assert 1.5 <= took < 2.5, took
+        assert engine.driver.retries["disconnect"] > 3
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql"])
+def test_an_unreachable_list_gives_up_after_retry_attempts(scheme: str) -> None:
+    urls = [f"{scheme}://nobody@127.0.0.1:{_closed_port()}/none" for _ in range(2)]
+    with QuotaEngine.from_url(urls, retry_attempts=3, retry_seconds=60) as engine:
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match="gave up after 3 attempts"):
+            engine.reserve("root.a", {"fpga": 1})
+        # Two waits of a disconnect: 0.1 to 0.2 s, then 0.2 to 0.4 s.
+        assert 0.3 <= time.monotonic() - started < 2
+        assert engine.driver.retries["disconnect"] == 3
+
+
+def _nodes(engine: QuotaEngine) -> MariaDbNodes:
+    nodes = topology.nodes(engine.driver.engine)
+    assert nodes is not None
+    return nodes
+
+
+def _default_port(url: URL) -> int:
+    return 5432 if url.get_backend_name() == "postgresql" else 3306
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
