@@ -54,6 +54,8 @@ def split_urls(text: str) -> list[str]:
 def sqlite_file(url: str | URL) -> Path | None:
     """The file of a SQLite URL; None for other databases, in-memory SQLite and a list."""
     if isinstance(url, str) and len(split_urls(url)) > 1:
+        for one in split_urls(url):
+            parse_url(one)  # a text that is no URL is refused, one URL or several
         return None
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":

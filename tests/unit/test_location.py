@@ -43,3 +43,11 @@ def test_a_missing_file_is_refused_and_not_created(tmp_path: Path) -> None:
     location.prepare(url)
     assert (tmp_path / "sub").is_dir()
     location.require_existing("postgresql://db/ledger")  # nothing to check on a server
+
+
+def test_several_urls_are_no_file_and_are_described_each() -> None:
+    several = "postgresql://u:secret@db1/ledger  postgresql://u:secret@db2/ledger"
+    assert location.sqlite_file(several) is None
+    assert location.describe(several) == "postgresql://u:***@db1/ledger postgresql://u:***@db2/ledger"
+    with pytest.raises(InvalidRequest):
+        location.sqlite_file("postgresql://db1/ledger not-a-url")
