@@ -195,9 +195,7 @@ MISSING_SCHEMA = "schema"
 FATAL = "fatal"
 
 _PG_CONFLICT = {"40P01", "40001", "55P03"}
-# 25006: a write reached a standby (a host name or address that still points at a demoted
-# primary): drop the connection and reconnect, which finds the primary again.
-_PG_DISCONNECT_PREFIXES = ("08", "57P", "25006")
+_PG_DISCONNECT_PREFIXES = ("08", "57P")
 # Galera reports a certification failure and a brute-force abort (a replicated write set
 # that won against a local transaction) as 1213, a deadlock; a statement interrupted by the
 # abort may see 1317 instead.
@@ -225,8 +223,10 @@ def classify(error: exc.DBAPIError) -> str:
     """Sort a driver error into one of the retry classes above.
 
     A disconnect means the connection must not be used again: besides a lost connection, a
-    Galera node that is not ready (1047, while it rejoins or outside the primary component) and
-    a PostgreSQL standby that refused a write; the next attempt may reach another node.
+    Galera node that is not ready (1047, while it rejoins or outside the primary component); the
+    next attempt may reach another node. A write on a PostgreSQL standby (25006) is fatal: a
+    writer URL that names a standby is a mistake to report, and a list of URLs never gets there
+    (``target_session_attrs=read-write``).
     """
     orig = error.orig
     if error.connection_invalidated:

@@ -14,8 +14,8 @@ for reads that tolerate bounded staleness.
 - SQLite: one URL; a list is an :class:`InvalidRequest`.
 
 Connections to a node that died are discarded at once: every error that :func:`dialect.classify`
-calls a disconnect (a Galera node that is not ready, a PostgreSQL standby that refused a write
-included) invalidates the connection and the whole pool, so the next attempt opens a new
+calls a disconnect (a Galera node that is not ready included) invalidates the connection and the
+whole pool, so the next attempt opens a new
 connection, which goes where the list says. This costs nothing while all is well, unlike
 ``pool_pre_ping``'s round trip before every transaction.
 """
@@ -111,8 +111,8 @@ def nodes(engine: Engine) -> MariaDbNodes | None:
 
 
 def _invalidate_on_disconnect(context: ExceptionContext) -> None:
-    # SQLAlchemy recognizes lost connections by itself; a node that answers "not ready" or a
-    # standby that refuses a write it does not: the connection works but must not be used again.
+    # SQLAlchemy recognizes lost connections by itself; a Galera node that answers "not ready" it
+    # does not: the connection works but must not be used again.
     error = context.sqlalchemy_exception
     if (
         not context.is_disconnect
