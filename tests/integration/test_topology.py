@@ -148,7 +148,7 @@ def test_an_unreachable_list_gives_up_within_retry_seconds(scheme: str) -> None:
             engine.usage("root.a")
         took = time.monotonic() - started
         assert 1.5 <= took < 2.5, took
-        assert engine.driver.retries["disconnect"] > 3
+        assert engine.driver.retries["disconnect"] >= 2  # retried, then stopped by the clock
 
 
 @pytest.mark.parametrize("scheme", ["postgresql", "mysql"])
