@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger("quota_ledger.summary").setLevel(logging.INFO)  # a finished application's line
     settings_file = args.settings or os.environ.get("QUOTA_LEDGER_SETTINGS_FILE")
-    overrides: dict[str, Any] = {} if args.db is None else {"db": args.db}
+    given = {"db": args.db, "read_db": args.read_db}
+    overrides: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
     settings = Settings(_env_file=settings_file, **overrides)  # type: ignore[call-arg]
     url = args.url or os.environ.get("QUOTA_LEDGER_URL")
     if url and getattr(args, "local_only", False):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 #: the global options, with their values when a command line does not give them
 GLOBAL_DEFAULTS: dict[str, object] = {
     "db": None,
+    "read_db": None,
     "json": False,
     "verbose": False,
     "settings": None,
@@ -73,7 +74,13 @@ def shared_options() -> SharedOptions:
     common.add_argument(
         "--db",
         default=argparse.SUPPRESS,
-        help=f"database URL (env QUOTA_LEDGER_DB; default: the SQLite file {location.default_file()})",
+        help="database URL, or several separated by spaces: the writer first, then the nodes to fail "
+        f"over to (env QUOTA_LEDGER_DB; default: the SQLite file {location.default_file()})",
+    )
+    common.add_argument(
+        "--read-db",
+        default=argparse.SUPPRESS,
+        help="replica URLs, separated by spaces, for reads that may lag (env QUOTA_LEDGER_READ_DB)",
     )
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)

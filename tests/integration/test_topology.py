@@ -178,3 +178,20 @@ def _wait(condition: Callable[[], bool], timeout: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_the_cli_takes_writer_and_replica_lists(
+    server_db_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from quota_ledger.cli import main
+
+    def rendered(url: URL) -> str:
+        return url.render_as_string(hide_password=False)
+
+    writers = f"{rendered(_at(server_db_url, _closed_port()))} {rendered(server_db_url)}"
+    common = ["--db", writers, "--read-db", rendered(server_db_url), "--json"]
+    assert main([*common, "db", "upgrade"]) == 0
+    assert main([*common, "limits", "set", "root.a", "fpga=4"]) == 0
+    capsys.readouterr()
+    assert main([*common, "limits", "show"]) == 0
+    assert '"fpga": 4' in capsys.readouterr().out
