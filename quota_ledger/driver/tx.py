@@ -31,7 +31,7 @@ from sqlalchemy import Connection, bindparam, func, select
 from quota_ledger.driver import dialect
 from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
-from quota_ledger.driver.counters import CounterStatements, MissingCounters
+from quota_ledger.driver.counters import CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.journal import JournalStatements
 from quota_ledger.driver.pg_fast import FastPath
@@ -78,7 +78,10 @@ class LedgerTx(
         row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
         now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
         if now is None:
-            raise MissingCounters(partition, [])
+            # A new partition: its row is made by the first transaction that locks it (a
+            # concurrent one waits for our insert, then locks the row we committed).
+            self.create_missing(partition, [], self.db_now())
+            now = self.conn.execute(row_lock, {"p": partition}).scalar_one()
         return now
 
     def ensure_partition(self, partition: str, now: datetime) -> None:
