@@ -18,7 +18,11 @@ else can wait for a row not yet committed. Reserve and commit write theirs *befo
 counters, so the shared counters are held only for check, update and commit.
 
 Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
-limit change holding the exclusive lock sees every counter it has to sum (no phantoms).
+limit change holding the exclusive lock sees every counter it has to sum (no phantoms). It
+creates them in its own transaction at step 5: it locks those that exist, inserts the missing
+ones skipping duplicates (a concurrent inserter of the same row is waited for) and locks them
+with a second statement, which under READ COMMITTED sees a row another transaction committed
+meanwhile. A refusal rolls the inserts back with the rest.
 """
 
 from __future__ import annotations

@@ -11,13 +11,21 @@ check under the partition lock that its version is still the one in force.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from quota_ledger.config.rules import PartitionRules, Rules
+from quota_ledger.config import model
+from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import configure
 
 Run = Callable[[Callable[[LedgerTx], Rules]], Rules]
+
+
+def compile_stored(
+    version: int, document: Mapping[str, Any], capacity: Mapping[str, Any], kube: Mapping[str, Any]
+) -> Rules:
+    """Compile a stored (already validated) version."""
+    return compile_config(model.normalize(model.load(dict(document))), capacity, version, kube)
 
 
 class CompiledRules:
@@ -39,7 +47,7 @@ class CompiledRules:
         version = tx.config_version()
         compiled = self._compiled
         if compiled is None or compiled.version != version:
-            compiled = configure.compile_stored(version, *tx.load_config(version))
+            compiled = compile_stored(version, *tx.load_config(version))
             with self._lock:
                 self._compiled = compiled
         return compiled
