@@ -258,7 +258,8 @@ class QuotaEngine:
             user=user,
             groups=groups,
             application=application,
-            ttl_seconds=self._ttl(ttl),
+            ttl=ttl,
+            default_ttl=self.default_ttl,
             key=key,
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
@@ -292,7 +293,8 @@ class QuotaEngine:
             user=request.user,
             groups=request.groups,
             application=request.application,
-            ttl_seconds=self._ttl(ttl),
+            ttl=ttl,
+            default_ttl=self.default_ttl,
             key=key if key is not None else request.uid,
             kube={"usage": request.usage, "scopes": request.scopes.as_dict()},
             namespace=request.namespace,
@@ -553,9 +555,6 @@ class QuotaEngine:
         return drifts
 
     # -- internals ---------------------------------------------------------------------------
-    def _ttl(self, ttl: float | timedelta | None) -> float:
-        return self.default_ttl if ttl is None else validation.ttl(ttl)
-
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:
         """Parse a resource mapping once its size is within ``bound`` (counted before parsing)."""

@@ -88,7 +88,8 @@ def build(
     user: str | None,
     groups: Iterable[str] | None,
     application: str | None,
-    ttl_seconds: float,
+    ttl: float | timedelta | None,
+    default_ttl: float,
     key: str | None,
     kube: dict[str, Any],
     namespace: str,
@@ -102,6 +103,8 @@ def build(
         "application": validation.optional_name(application, "application"),
         "priority_class": kube["scopes"]["priorityClass"],
     }
+    key = validation.optional_name(key, "key")
+    ttl_seconds = default_ttl if ttl is None else validation.ttl(ttl)
     scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
     return Request(
         reservation_id=str(uuid.uuid4()),
@@ -112,7 +115,7 @@ def build(
         groups=group_list,
         application=who["application"],
         priority_class=who["priority_class"],
-        key=validation.optional_name(key, "key"),
+        key=key,
         request_hash=arguments.request_hash(partition, queue, resources, group_list, {**who, **scopes}),
         ttl_seconds=ttl_seconds,
         kube=kube,
@@ -143,13 +146,14 @@ def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reque
     if tx.attempt and (found := tx.find_reservation(request.reservation_id)):
         return found.reservation  # the first attempt committed before the connection dropped
     now = tx.lock_partition(partition, exclusive=False)
-    tx.ensure_partition(partition, now)  # before any counter: the sweeper's list of partitions
     in_force = rules.partition(tx, partition)
     quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
     reservation = request.pending(now)
     # Write our own new rows first and lock the shared counters last, so they are held only
     # for check, update and commit.
     tx.insert_reservation(reservation, request.request_hash, request.kube)
+    if not positive:
+        tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
     app: AppState | None = None
     if applications.tracked(request.user, request.application):
         app = applications.open_app(
@@ -208,6 +212,9 @@ def _lock_own(
             if broken := limit_rules.violations(partition, requested, unlocked):
                 raise OverQuota(broken)
         bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
+        # The partition's row first (PostgreSQL; elsewhere the partition lock made it): no
+        # counter of a partition without its row exists for us to hold while we wait on it.
+        tx.ensure_partition(partition, now)
         tx.insert_queue_counters(partition, sorted(set(pairs) - own.keys()), now)
         own = tx.lock_queue_counters(partition, pairs)
     return list(own.values())
