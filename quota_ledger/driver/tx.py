@@ -22,7 +22,10 @@ limit change holding the exclusive lock sees every counter it has to sum (no pha
 creates them in its own transaction at step 5: it locks those that exist, inserts the missing
 ones skipping duplicates (a concurrent inserter of the same row is waited for) and locks them
 with a second statement, which under READ COMMITTED sees a row another transaction committed
-meanwhile. A refusal rolls the inserts back with the rest.
+meanwhile. On PostgreSQL the locks of the first statement are let go first (rolled back to a
+savepoint), so that the inserts come before every counter lock and two first uses cannot
+deadlock; on MariaDB they stay held, and a deadlock with another first use is retried. A
+refusal rolls the inserts back with the rest.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy.engine import NestedTransaction
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.apps import AppStatements
@@ -96,6 +100,11 @@ class LedgerTx(
         """
         if self.backend == "postgresql":
             self.create_missing(partition, [], now)
+
+    def savepoint(self) -> NestedTransaction | None:
+        """On PostgreSQL, a savepoint: rolling back to it lets go of the row locks taken since
+        (a subtransaction's locks end with it). Elsewhere None: InnoDB keeps them anyway."""
+        return self.conn.begin_nested() if self.backend == "postgresql" else None
 
     def db_now(self) -> datetime:
         """The database clock."""

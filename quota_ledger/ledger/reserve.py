@@ -204,7 +204,15 @@ def _lock_own(
     """
     partition = request.partition
     pairs = [(request.queue, r) for r in request.resources]
+    savepoint = tx.savepoint()
     own = tx.lock_queue_counters(partition, pairs)
+    if savepoint is not None:
+        if len(own) == len(pairs):
+            savepoint.commit()
+        else:
+            # Let go of the counters just locked (PostgreSQL): the missing ones are inserted
+            # while this transaction holds no counter, then all are locked in order.
+            savepoint.rollback()
     if len(own) < len(pairs):
         if not checked:
             chain = queues.lineage(request.queue)
