@@ -4,46 +4,43 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
-from quota_ledger.config import identity, reports
+from quota_ledger.config import reports
 from quota_ledger.config.diff import ConfigDiff
-from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
+from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.counters import MissingCounters
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import namespaces, pods
 from quota_ledger.kube import quotas as kube_quotas
-from quota_ledger.ledger import applications, audit, batches, configure, functions, resolve, resource_quotas
-from quota_ledger.model import arguments, queues, tracking, validation
-from quota_ledger.model import limits as limit_rules
+from quota_ledger.ledger import (
+    audit,
+    batches,
+    configure,
+    expire,
+    reads,
+    release,
+    reserve,
+    resolve,
+    resource_quotas,
+)
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import arguments, validation
 from quota_ledger.model.errors import (
     ApplicationNotFound,
     GroupNotFound,
     InvalidRequest,
-    OverQuota,
     ReservationNotFound,
-    ReservationStateError,
-    ResourceQuotaNotFound,
     UserNotFound,
 )
-from quota_ledger.model.limits import QUEUE, SUBTREE
 from quota_ledger.model.quantity import APPLICATIONS, parse_limits, parse_resources
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import (
-    ConfigProblem,
-    Drift,
-    Reservation,
-    ReservationState,
-    StoredReservation,
-    Usage,
-)
+from quota_ledger.model.values import ConfigProblem, Drift, Reservation, Usage
 
 T = TypeVar("T")
 DEFAULT_PARTITION = "default"
@@ -74,8 +71,8 @@ class QuotaEngine:
             resources_per_limit_set=max_resources_per_limit_set,
             resources_per_partition=max_resources_per_partition,
         )
-        self._compiled: Rules | None = None
-        driver.identity_creator = self._create_identity_counters
+        #: the newest configuration compiled, shared by this engine's operations
+        self.rules = CompiledRules()
 
     @classmethod
     def from_url(
@@ -233,12 +230,7 @@ class QuotaEngine:
     def limits(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, dict[str, int]]:
         """Every limit in the partition: ``{queue: {resource: limit}}``."""
         validation.partition(partition)
-        rows = self.driver.run(lambda tx: tx.all_limits(partition))
-        result: dict[str, dict[str, int]] = {}
-        for counter in rows:
-            assert counter.limit is not None
-            result.setdefault(counter.scope, {})[counter.resource] = counter.limit
-        return result
+        return self.driver.run(lambda tx: reads.limits(tx, partition))
 
     # -- reservations ------------------------------------------------------------------------
     def reserve(
@@ -282,18 +274,20 @@ class QuotaEngine:
             best_effort=derived.best_effort if best_effort is None else best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
         )
-        return self._reserve(
-            queue,
-            positive,
+        request = reserve.build(
             partition=partition,
+            queue=queue,
+            resources=positive,
             user=user,
             groups=groups,
             application=application,
             ttl=ttl,
+            default_ttl=self.default_ttl,
             key=key,
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
         )
+        return reserve.reserve(self.driver, self.rules, self.bounds, request)
 
     def reserve_pod(
         self,
@@ -315,157 +309,21 @@ class QuotaEngine:
         request = pods.parse_pod(pod)
         self.bounds.request(request.resources, "spec.containers")
         queue = self.namespace_queue(request.namespace, partition=partition)
-        return self._reserve(
-            queue,
-            request.resources,
+        checked = reserve.build(
             partition=partition,
+            queue=queue,
+            resources=request.resources,
             user=request.user,
             groups=request.groups,
             application=request.application,
             ttl=ttl,
+            default_ttl=self.default_ttl,
             key=key if key is not None else request.uid,
             kube={"usage": request.usage, "scopes": request.scopes.as_dict()},
             namespace=request.namespace,
             missing={"requests": request.missing_requests, "limits": request.missing_limits},
         )
-
-    def _reserve(
-        self,
-        queue: str,
-        positive: dict[str, int],
-        *,
-        partition: str,
-        user: str | None,
-        groups: Iterable[str] | None,
-        application: str | None,
-        ttl: float | timedelta | None,
-        key: str | None,
-        kube: dict[str, Any],
-        namespace: str,
-        missing: Mapping[str, Mapping[str, list[str]]] | None = None,
-    ) -> Reservation:
-        group_list = validation.names(groups, "groups")
-        identity = {
-            "user": validation.optional_name(user, "user"),
-            "application": validation.optional_name(application, "application"),
-            "priority_class": kube["scopes"]["priorityClass"],
-        }
-        key = validation.optional_name(key, "key")
-        ttl_seconds = self.default_ttl if ttl is None else validation.ttl(ttl)
-        scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
-        request_hash = arguments.request_hash(partition, queue, positive, group_list, {**identity, **scopes})
-        reservation_id = str(uuid.uuid4())
-        chain = queues.lineage(queue)
-        quota_usage: dict[str, int] = kube["usage"]
-
-        def pending(now: datetime) -> Reservation:
-            return Reservation(
-                id=reservation_id,
-                state=ReservationState.PENDING,
-                partition=partition,
-                queue=queue,
-                resources=positive,
-                created_at=now.replace(tzinfo=UTC),
-                expires_at=(now + timedelta(seconds=ttl_seconds)).replace(tzinfo=UTC),
-                key=key,
-                user=identity["user"],
-                groups=group_list,
-                application=identity["application"],
-                priority_class=identity["priority_class"],
-            )
-
-        if self.driver.functions and positive:
-            rules_now = self._known_rules()
-            charges = functions.quota_charges(rules_now, partition, queue, namespace, kube, missing)
-            who = functions.identity_of(
-                rules_now,
-                partition,
-                queue,
-                positive,
-                user=identity["user"],
-                groups=group_list,
-                application=identity["application"],
-            )
-            if charges is not None:
-                created = functions.reserve(
-                    self.driver,
-                    rules_now,
-                    reservation_id,
-                    partition=partition,
-                    queue=queue,
-                    resources=positive,
-                    key=key,
-                    request_hash=request_hash,
-                    ttl_seconds=ttl_seconds,
-                    priority_class=identity["priority_class"],
-                    kube=kube,
-                    charges=charges,
-                    identity=who,
-                )
-                if created is not None:
-                    return pending(created)
-                # Declined: nothing was written, unless a lost connection hid our own commit;
-                # then the insert below meets our id and the retry finds the reservation.
-
-        def work(tx: LedgerTx) -> Reservation:
-            if key is not None and (found := tx.find_reservation_by_key(partition, key)):
-                return arguments.same_request(found, partition, key, request_hash)
-            if tx.attempt and (found := tx.find_reservation(reservation_id)):
-                return found.reservation  # the first attempt committed before the connection dropped
-            now = tx.lock_partition(partition, exclusive=False)
-            rules = self._rules(tx).partition(partition)
-            quotas = resource_quotas.admit(rules, queue, namespace, kube, missing)
-            reservation = pending(now)
-            # Write our own new rows first and lock the shared counters last, so they are held
-            # only for check, update and commit. A refusal rolls the inserts back.
-            tx.insert_reservation(reservation, request_hash, kube)
-            if not positive:
-                tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
-            app: AppState | None = None
-            if applications.tracked(identity["user"], identity["application"]):
-                app = applications.open_app(
-                    tx,
-                    rules,
-                    partition=partition,
-                    queue=queue,
-                    user=identity["user"],
-                    groups=group_list,
-                    application=identity["application"],
-                    now=now,
-                )
-                tracking.add_reserved(app, positive)
-                applications.save(tx, app)
-            # A new application counts against every maxapplications on its way to root.
-            requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
-            pairs = [(queue, r) for r in positive]
-            own = tx.lock_queue_counters(partition, pairs, create_missing=False)
-            if len(own) < len(pairs):
-                # First use of these counters: refuse before creating them if the queue limits
-                # already say no, so that a refused request leaves no trace. With user, group or
-                # quota limits in play the counters are created first, so that the refusal can
-                # list every broken limit.
-                if app is None and not quotas:
-                    unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
-                    if broken := limit_rules.violations(partition, requested, unlocked):
-                        raise OverQuota(broken)
-                self.bounds.partition(tx.resource_names(partition) | set(positive), partition)
-                raise MissingCounters(partition, sorted(set(pairs) - own.keys()))
-            limits = tx.lock_subtree_counters(partition, chain, requested)
-            scoped = applications.lock_for_reserve(tx, rules, app, requested) if app is not None else []
-            charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
-            broken = limit_rules.violations(partition, requested, [*limits, *scoped])
-            broken += resource_quotas.violations(partition, quota_usage, charged)
-            if broken:
-                raise OverQuota(broken)
-            limit_rules.check_overflow(positive, [*own.values(), *limits, *scoped])
-            limit_rules.check_overflow(quota_usage, charged, field="in_use")
-            shared = [*own.values(), *limits]
-            tx.apply_counter_deltas({c.id: resolve.reserve_delta(c, requested) for c in shared}, now)
-            tx.apply_identity_deltas({c.id: resolve.reserve_delta(c, requested) for c in scoped}, now)
-            resource_quotas.charge(tx, charged, quota_usage, +1, now)
-            return reservation
-
-        return self.driver.run(work)
+        return reserve.reserve(self.driver, self.rules, self.bounds, checked)
 
     def get(self, reservation_id: str) -> Reservation:
         """The reservation with this id, as stored now."""
@@ -493,48 +351,14 @@ class QuotaEngine:
         expiry time has passed but no sweep has run yet (it is expired on the spot).
         """
         validation.reservation_id(reservation_id)
-        partial = None if resources is None else self._bounded(resources, self.bounds.request)
-        operation_id = str(uuid.uuid4())
-        if partial is None and self.driver.functions:
-            done = functions.commit(self.driver, reservation_id, operation_id)
-            if done is not None:
-                return done
-
-        def work(tx: LedgerTx) -> tuple[Reservation, bool]:
-            stored, now = self._lock(tx, reservation_id)
-            current = stored.reservation
-            if current.state is ReservationState.COMMITTED:
-                return current, False
-            if current.state is not ReservationState.PENDING:
-                raise ReservationStateError(current.id, current.state, "commit")
-            if now.replace(tzinfo=UTC) >= current.expires_at:
-                rules = self._rules(tx).partition(current.partition)
-                return resolve.resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", rules), True
-            committed = arguments.commit_amounts(current, partial)
-            done = resolve.resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id)
-            return done, False
-
-        result, expired = self.driver.run(work)
-        if expired:
-            raise ReservationStateError(result.id, result.state, "commit")
-        return result
+        amounts = None if resources is None else self._bounded(resources, self.bounds.request)
+        return resolve.commit(self.driver, self.rules, reservation_id, amounts, str(uuid.uuid4()))
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
         rolling back a committed one raises :class:`ReservationStateError`."""
         validation.reservation_id(reservation_id)
-
-        def work(tx: LedgerTx) -> Reservation:
-            stored, now = self._lock(tx, reservation_id)
-            current = stored.reservation
-            if current.state is ReservationState.COMMITTED:
-                raise ReservationStateError(current.id, current.state, "roll back")
-            if current.state is not ReservationState.PENDING:
-                return current
-            rules = self._rules(tx).partition(current.partition)
-            return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
-
-        return self.driver.run(work)
+        return self.driver.run(lambda tx: resolve.rollback(tx, self.rules, reservation_id))
 
     def release(
         self,
@@ -559,16 +383,17 @@ class QuotaEngine:
         application = validation.optional_name(application, "application")
         validation.names(groups, "groups")
         validation.flag(finished, "finished")
-        operation_id = str(uuid.uuid4())
-
-        def work(tx: LedgerTx) -> None:
-            if tx.attempt and tx.operation_recorded(operation_id):
-                return  # the first attempt committed before the connection dropped
-            resolve.release_in_use(
-                tx, partition, queue, amounts, user, application, finished, operation_id, tx.db_now()
-            )
-
-        self.driver.run(work)
+        operation = partial(
+            release.release,
+            partition=partition,
+            queue=queue,
+            amounts=amounts,
+            user=user,
+            application=application,
+            finished=finished,
+            operation_id=str(uuid.uuid4()),
+        )
+        self.driver.run(operation)
 
     def release_reservation(self, reservation_id: str, *, finished: bool = False) -> Reservation:
         """Release everything a committed reservation holds (its pod is gone), once.
@@ -580,33 +405,9 @@ class QuotaEngine:
         validation.reservation_id(reservation_id)
         validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
-
-        def work(tx: LedgerTx) -> Reservation:
-            stored, now = self._lock(tx, reservation_id)
-            current = stored.reservation
-            rules = self._rules(tx).partition(current.partition)
-            if current.state is ReservationState.PENDING:
-                return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", rules)
-            if current.state is not ReservationState.COMMITTED or current.released_at is not None:
-                return current
-            tx.mark_released(current.id, now)
-            amounts = {res: v for res, v in (current.committed or {}).items() if v > 0}
-            resolve.release_in_use(
-                tx,
-                current.partition,
-                current.queue,
-                amounts,
-                current.user,
-                current.application,
-                finished,
-                operation_id,
-                now,
-                reservation_id=current.id,
-            )
-            resolve.leave_quotas(tx, rules, [stored], now)
-            return replace(current, released_at=now.replace(tzinfo=UTC))
-
-        return self.driver.run(work)
+        return self.driver.run(
+            lambda tx: release.release_reservation(tx, self.rules, reservation_id, finished, operation_id)
+        )
 
     def release_pod(
         self, pod: Any, *, partition: str = DEFAULT_PARTITION, key: str | None = None, finished: bool = False
@@ -631,12 +432,7 @@ class QuotaEngine:
         validation.partition(partition)
         quota = kube_quotas.parse(manifest)
         self.bounds.limit_set(quota.hard, "spec.hard")
-        stored = kube_quotas.stored_manifest(quota)
-
-        def edit(kube: dict[str, Any]) -> None:
-            entries = kube.setdefault(partition, {}).setdefault("quotas", {})
-            entries[quota.key] = {"queue": "", "manifest": stored}
-
+        edit = resource_quotas.put(partition, quota.key, kube_quotas.stored_manifest(quota))
         self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
         return self.resource_quota_status(quota.namespace, quota.name, partition=partition)
 
@@ -645,13 +441,7 @@ class QuotaEngine:
         :class:`ResourceQuotaNotFound`."""
         validation.partition(partition)
         key = f"{validation.namespace(namespace)}/{validation.subdomain(name, 'name')}"
-
-        def edit(kube: dict[str, Any]) -> None:
-            entries = kube.get(partition, {}).get("quotas", {})
-            if key not in entries:
-                raise ResourceQuotaNotFound(key)
-            del entries[key]
-
+        edit = resource_quotas.remove(partition, key)
         self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
 
     def apply_admission_config(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> None:
@@ -659,21 +449,13 @@ class QuotaEngine:
         or a ResourceQuotaConfiguration with ``limitedResources``); ``None`` removes it."""
         validation.partition(partition)
         parsed = None if manifest is None else kube_admission.parse(manifest)
-
-        def edit(kube: dict[str, Any]) -> None:
-            objects = kube.setdefault(partition, {})
-            if parsed is None:
-                objects.pop("admission", None)
-            else:
-                objects["admission"] = kube_quotas.json_safe(parsed.manifest)
-
+        edit = resource_quotas.set_admission(partition, None if parsed is None else parsed.manifest)
         self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
 
     def resource_quotas(self, *, partition: str = DEFAULT_PARTITION) -> list[tuple[str, str]]:
         """(namespace, name) of every ResourceQuota in the partition."""
         validation.partition(partition)
-        rules = self.driver.run(partial(self._partition_rules, partition=partition))
-        return sorted((q.namespace, q.name) for qs in rules.quotas.values() for q in qs)
+        return self.driver.run(lambda tx: reads.quota_names(tx, self.rules, partition))
 
     def resource_quota_status(
         self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION
@@ -681,20 +463,9 @@ class QuotaEngine:
         """``{"hard": {...}, "used": {...}}`` in Kubernetes quantities, from the ledger."""
         validation.partition(partition)
         key = f"{validation.namespace(namespace)}/{validation.subdomain(name, 'name')}"
-
-        def work(tx: LedgerTx) -> dict[str, Any]:
-            rules = self._rules(tx).partition(partition)
-            quota = rules.quota(key)
-            if quota is None:
-                raise ResourceQuotaNotFound(key)
-            counters = tx.identity_counters(partition, lock=False, kinds=[resource_quotas.QUOTA])
-            used = {c.resource: c.in_use for c in counters if c.name == key}
-            return {
-                "hard": {res: kube_quotas.format_value(res, v) for res, v in quota.hard.items()},
-                "used": {res: kube_quotas.format_value(res, used.get(res, 0)) for res in quota.hard},
-            }
-
-        return self.driver.run(work, isolation="REPEATABLE READ")
+        return self.driver.run(
+            lambda tx: reads.quota_status(tx, self.rules, partition, key), isolation="REPEATABLE READ"
+        )
 
     # -- expiry ------------------------------------------------------------------------------
     def expire(
@@ -716,57 +487,21 @@ class QuotaEngine:
         sweeps as fast as the database allows.
         """
         validation.sweep_options(batch_size, max_batches, workers, max_rate)
-        budget = batches.Budget(max_batches)
-        pacer = batches.Pacer(max_rate)
-        total = 0
-        for partition in self.driver.partitions():
-            # Plain reservations first, a whole batch per server-side call (PostgreSQL) ...
-            if self.driver.functions:
-                plain_batch = partial(self._expire_plain, partition, batch_size)
-                total += batches.run(plain_batch, batch_size, budget, workers, pacer)
-            # ... then everything else (and, on the other engines, everything).
-            batch = partial(
-                self.driver.run,
-                partial(
-                    resolve.expire_batch,
-                    partition=partition,
-                    batch_size=batch_size,
-                    rules_of=partial(self._partition_rules, partition=partition),
-                ),
-            )
-            total += batches.run(batch, batch_size, budget, workers, pacer)
-        return total
-
-    def _expire_plain(self, partition: str, batch_size: int) -> int:
-        for _attempt in range(3):
-            rules = self._known_rules()
-            count = functions.expire_batch(self.driver, rules, partition, batch_size)
-            if count is not None:
-                return count
-            self.driver.run(self._rules)  # the configuration changed: compile the new one
-        return 0  # it keeps changing: the general path sweeps what is left
+        return expire.sweep(
+            self.driver,
+            self.rules,
+            batch_size=batch_size,
+            budget=batches.Budget(max_batches),
+            workers=workers,
+            pacer=batches.Pacer(max_rate),
+        )
 
     # -- reading -----------------------------------------------------------------------------
     def usage(self, queue: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Usage]:
         """Usage of ``queue``'s whole subtree per resource, with the queue's own limit."""
         validation.partition(partition)
         validation.queue(queue)
-        rows = self.driver.run(lambda tx: tx.usage_rows(partition, queue))
-        limits = {c.resource: c for c in rows if c.scope_type == SUBTREE}
-        totals: dict[str, tuple[int, int]] = {}
-        for counter in rows:
-            if counter.scope_type == QUEUE:
-                in_use, reserved = totals.get(counter.resource, (0, 0))
-                totals[counter.resource] = (in_use + counter.in_use, reserved + counter.reserved)
-        result = {}
-        for resource in sorted(limits.keys() | totals.keys()):
-            if resource in limits:
-                c = limits[resource]
-                result[resource] = Usage(in_use=c.in_use, reserved=c.reserved, limit=c.limit)
-            else:
-                in_use, reserved = totals[resource]
-                result[resource] = Usage(in_use=in_use, reserved=reserved, limit=None)
-        return result
+        return self.driver.run(lambda tx: reads.usage(tx, partition, queue))
 
     # -- users, groups and applications -----------------------------------------------------
     def user_usage(self, user: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
@@ -791,21 +526,11 @@ class QuotaEngine:
 
     def user_usages(self, *, partition: str = DEFAULT_PARTITION) -> list[dict[str, Any]]:
         """Every tracked or configured user's usage tree."""
-
-        def build(rules: PartitionRules, apps: list[AppState]) -> list[dict[str, Any]]:
-            found = (reports.user_report(rules, u, apps) for u in reports.user_names(rules, apps))
-            return [r for r in found if r is not None]
-
-        return self._report(partition, build, None, None)
+        return self._report(partition, reads.all_users, None, None)
 
     def group_usages(self, *, partition: str = DEFAULT_PARTITION) -> list[dict[str, Any]]:
         """Every tracked or configured group's usage tree (``*`` is the shared wildcard bucket)."""
-
-        def build(rules: PartitionRules, apps: list[AppState]) -> list[dict[str, Any]]:
-            found = (reports.group_report(rules, g, apps) for g in reports.group_names(rules, apps))
-            return [r for r in found if r is not None]
-
-        return self._report(partition, build, None, None)
+        return self._report(partition, reads.all_groups, None, None)
 
     def application_summary(self, application: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """The usage summary of the application's last finished run (also logged on one line
@@ -826,12 +551,9 @@ class QuotaEngine:
         name: str | None,
     ) -> T:
         validation.partition(partition)
-
-        def work(tx: LedgerTx) -> T:
-            rules = self._rules(tx).partition(partition)
-            return build(rules, tx.read_apps(partition, kind, name))
-
-        return self.driver.run(work, isolation="REPEATABLE READ")
+        return self.driver.run(
+            lambda tx: reads.report(tx, self.rules, partition, build, kind, name), isolation="REPEATABLE READ"
+        )
 
     # -- audit -------------------------------------------------------------------------------
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:
@@ -847,17 +569,12 @@ class QuotaEngine:
         drifts: list[Drift] = []
         for name in names:
             if fix:
-                rules_of = partial(self._partition_rules, partition=name)
-                drifts += self.driver.run(partial(audit.fix_partition, partition=name, rules_of=rules_of))
-            else:
                 drifts += self.driver.run(
-                    partial(
-                        audit.read_drift,
-                        partition=name,
-                        rules_of=partial(self._partition_rules, partition=name),
-                    ),
-                    isolation="REPEATABLE READ",
+                    partial(audit.fix_partition, partition=name, rules_of=self.rules.of(name))
                 )
+            else:
+                read = partial(audit.read_drift, partition=name, rules_of=self.rules.of(name))
+                drifts += self.driver.run(read, isolation="REPEATABLE READ")
         return drifts
 
     # -- internals ---------------------------------------------------------------------------
@@ -869,59 +586,5 @@ class QuotaEngine:
         bound(resources)
         return parse_resources(resources)
 
-    @staticmethod
-    def _lock(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:
-        found = tx.lock_reservation(reservation_id)
-        if found is None:
-            raise ReservationNotFound(reservation_id)
-        return found
-
     def _apply(self, tx: LedgerTx, edit: configure.Edit | None = None, **kw: Any) -> int:
-        return configure.apply(tx, edit, compiled=self._remember, bounds=self.bounds, **kw)
-
-    def _remember(self, rules: Rules) -> None:
-        """Keep the newest compiled configuration (plain reservations are checked against it)."""
-        current = self._compiled
-        if current is None or rules.version > current.version:
-            self._compiled = rules
-
-    # -- user/group counters -------------------------------------------------------------------
-    def _rules(self, tx: LedgerTx) -> Rules:
-        """The compiled configuration in force, read under the caller's partition lock."""
-        version = tx.config_version()
-        compiled = self._compiled
-        if compiled is None or compiled.version != version:
-            compiled = configure.compile_stored(version, *tx.load_config(version))
-            self._compiled = compiled
-        return compiled
-
-    def _known_rules(self) -> Rules:
-        """The newest configuration this engine compiled (compiled once, on first use); the
-        PostgreSQL functions check under the partition lock that it is still in force."""
-        return self._compiled or self.driver.run(self._rules)
-
-    def _partition_rules(self, tx: LedgerTx, partition: str) -> PartitionRules:
-        return self._rules(tx).partition(partition)
-
-    def _create_identity_counters(self, tx: LedgerTx, missing: MissingCounters) -> None:
-        """Create a user's wildcard (or any missing) user/group counters from application rows.
-
-        Runs under the shared partition lock with the configuration in force now, so a
-        concurrent config change cannot leave a counter with a stale limit behind.
-        """
-        partition = missing.partition
-        now = tx.lock_partition(partition, exclusive=False)
-        rules = self._rules(tx).partition(partition)
-        names = {(kind, name) for kind, name, _, _ in missing.identity}
-        keys = [k for kind, name in sorted(names) for k in tx.app_keys_of(partition, kind, name)]
-        apps = list(tx.lock_apps(partition, keys).values())
-        rows = {}
-        for key in missing.identity:
-            kind, name, queue, resource = key
-            rule = rules.user_rule(queue, name) if kind == USER else None
-            if kind == GROUP and (queue_rule := rules.queues.get(queue)) is not None:
-                rule = queue_rule.groups.get(name)
-            limit = rule.counters().get(resource) if rule is not None else None
-            if limit is not None:
-                rows[key] = (*identity.value(apps, key), limit)
-        tx.insert_identity_counters(partition, rows, now)
+        return configure.apply(tx, edit, compiled=self.rules.remember, bounds=self.bounds, **kw)

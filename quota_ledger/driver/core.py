@@ -15,7 +15,6 @@ from sqlalchemy import Engine, exc, select
 from sqlalchemy.engine import URL
 
 from quota_ledger.driver import dialect, pg_functions, topology
-from quota_ledger.driver.counters import MissingCounters
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model.errors import DatabaseUnavailable, InvalidRequest, QuotaLedgerError, SchemaNotReady
@@ -67,12 +66,10 @@ class DbQuotaDriver:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._lock = threading.Lock()
-        #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``, ``create``)
+        #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``)
         self.retries: Tally[str] = Tally()
         #: PostgreSQL runs plain reserve, commit and expiry as server-side functions (0004)
         self.functions = self.backend == "postgresql"
-        #: creates user/group counters (their limits are the engine's policy); set by the engine
-        self.identity_creator: Callable[[LedgerTx, MissingCounters], None] | None = None
 
     @classmethod
     def from_url(
@@ -127,7 +124,6 @@ class DbQuotaDriver:
         engine = self.read_engine if read_only and self.read_engine is not None else self.engine
         deadline = time.monotonic() + self.retry_seconds
         attempt = 0
-        creations = 0
         while True:
             try:
                 with engine.connect() as conn:
@@ -139,12 +135,6 @@ class DbQuotaDriver:
                 for hook in tx.after_commit:
                     hook()
                 return result
-            except MissingCounters as missing:
-                creations += 1
-                self._count("create")
-                if creations > self.max_attempts:
-                    raise DatabaseUnavailable("could not create usage counters") from missing
-                self._create(missing)
             except exc.DBAPIError as error:
                 attempt = self._after_error(error, attempt, deadline)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
@@ -232,17 +222,6 @@ class DbQuotaDriver:
             )
 
         return self.run(work)
-
-    def _create(self, missing: MissingCounters) -> None:
-        creator = self.identity_creator
-        if missing.identity and creator is not None:
-            self.run(lambda tx: creator(tx, missing))
-            return
-
-        def work(tx: LedgerTx) -> None:
-            tx.create_missing(missing.partition, missing.pairs, tx.db_now())
-
-        self.run(work)
 
     def _sleep(self, attempt: int, kind: str, deadline: float) -> None:
         # Conflicts: full jitter spreads the contenders. Disconnects: half of each step is

@@ -16,26 +16,6 @@ from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import subtree_bounds
 
 
-class MissingCounters(Exception):
-    """Internal: counters must be created (in their own transaction) before locking.
-
-    ``pairs`` are (queue, resource) queue counters; ``identity`` are (kind, name, queue,
-    resource) user/group counters, which the engine creates (their limits are policy).
-    """
-
-    def __init__(
-        self,
-        partition: str,
-        pairs: Sequence[tuple[str, str]],
-        *,
-        identity: Sequence[tuple[str, str, str, str]] = (),
-    ) -> None:
-        self.partition = partition
-        self.pairs = list(pairs)
-        self.identity = list(identity)
-        super().__init__(f"missing counters in {partition}: {pairs} {identity}")
-
-
 def force_index(stmt: Any, table: Table, index: str) -> Any:
     """MariaDB locks rows in the order it scans them, and on a small table it prefers a full
     scan in primary-key order, which would break the canonical order (and lock rows that do not
@@ -180,13 +160,10 @@ class CounterStatements:
     fast: FastPath | None
 
     def lock_queue_counters(
-        self, partition: str, pairs: Iterable[tuple[str, str]], *, create_missing: bool
+        self, partition: str, pairs: Iterable[tuple[str, str]]
     ) -> dict[tuple[str, str], Counter]:
-        """Lock the queue counters of ``pairs`` (queue, resource), in canonical order.
-
-        With ``create_missing`` a missing counter raises :class:`MissingCounters` so that the
-        runner creates it in a transaction of its own and starts this one again.
-        """
+        """Lock the queue counters of ``pairs`` (queue, resource), in canonical order; those
+        that do not exist are missing from the result."""
         wanted = set(pairs)
         if not wanted:
             return {}
@@ -198,8 +175,6 @@ class CounterStatements:
         else:
             rows = self.conn.execute(_LOCK_QUEUE, params).all()
         found = {(row.scope, row.resource): _counter(row) for row in rows}
-        if create_missing and len(wanted - found.keys()) > 0:
-            raise MissingCounters(partition, sorted(wanted - found.keys()))
         return {pair: counter for pair, counter in found.items() if pair in wanted}
 
     def lock_subtree_counters(
@@ -303,6 +278,12 @@ class CounterStatements:
             dialect.insert_ignoring_duplicates(self.backend, quota_partitions),
             {"name": partition, "created_at": now},
         )
+        self.insert_queue_counters(partition, pairs, now)
+
+    def insert_queue_counters(self, partition: str, pairs: Sequence[tuple[str, str]], now: datetime) -> None:
+        """Create zeroed queue counters, skipping those that exist (a concurrent inserter of
+        the same counter is waited for). The partition row is left alone: a reservation holds
+        it shared, and on MariaDB writing it would take it exclusively."""
         if pairs:
             self.conn.execute(
                 dialect.insert_ignoring_duplicates(self.backend, quota_usages),

@@ -18,7 +18,14 @@ else can wait for a row not yet committed. Reserve and commit write theirs *befo
 counters, so the shared counters are held only for check, update and commit.
 
 Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
-limit change holding the exclusive lock sees every counter it has to sum (no phantoms).
+limit change holding the exclusive lock sees every counter it has to sum (no phantoms). It
+creates them in its own transaction at step 5: it locks those that exist, inserts the missing
+ones skipping duplicates (a concurrent inserter of the same row is waited for) and locks them
+with a second statement, which under READ COMMITTED sees a row another transaction committed
+meanwhile. On PostgreSQL the locks of the first statement are let go first (rolled back to a
+savepoint), so that the inserts come before every counter lock and two first uses cannot
+deadlock; on MariaDB they stay held, and a deadlock with another first use is retried. A
+refusal rolls the inserts back with the rest.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy.engine import NestedTransaction
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
-from quota_ledger.driver.counters import CounterStatements, MissingCounters
+from quota_ledger.driver.counters import CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.journal import JournalStatements
 from quota_ledger.driver.pg_fast import FastPath
@@ -78,7 +86,10 @@ class LedgerTx(
         row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
         now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
         if now is None:
-            raise MissingCounters(partition, [])
+            # A new partition: its row is made by the first transaction that locks it (a
+            # concurrent one waits for our insert, then locks the row we committed).
+            self.create_missing(partition, [], self.db_now())
+            now = self.conn.execute(row_lock, {"p": partition}).scalar_one()
         return now
 
     def ensure_partition(self, partition: str, now: datetime) -> None:
@@ -89,6 +100,11 @@ class LedgerTx(
         """
         if self.backend == "postgresql":
             self.create_missing(partition, [], now)
+
+    def savepoint(self) -> NestedTransaction | None:
+        """On PostgreSQL, a savepoint: rolling back to it lets go of the row locks taken since
+        (a subtransaction's locks end with it). Elsewhere None: InnoDB keeps them anyway."""
+        return self.conn.begin_nested() if self.backend == "postgresql" else None
 
     def db_now(self) -> datetime:
         """The database clock."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from quota_ledger.config import identity
 from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import GROUP, USER, PartitionRules
-from quota_ledger.driver.counters import MissingCounters
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model import tracking
 from quota_ledger.model.errors import InvalidRequest
@@ -63,17 +63,24 @@ def group_for(rules: PartitionRules, queue: str, user: str | None, groups: Seque
     return rules.select_group(queue, list(groups)) if user is not None else None
 
 
+def identity_limits(
+    rules: PartitionRules, queue: str, user: str | None, group: str | None, requested: Iterable[str]
+) -> dict[Key, int]:
+    """(kind, name, queue, resource) -> limit of every user/group counter that enforces a request."""
+    wanted = set(requested)
+    return {
+        (s.kind, s.name, s.queue, resource): limit
+        for s in rules.identity_scopes(queue, user, group)
+        for resource, limit in s.rule.counters().items()
+        if resource in wanted
+    }
+
+
 def identity_keys(
     rules: PartitionRules, queue: str, user: str | None, group: str | None, requested: Iterable[str]
 ) -> set[Key]:
     """(kind, name, queue, resource) of every user/group counter that enforces a request."""
-    wanted = set(requested)
-    return {
-        (s.kind, s.name, s.queue, resource)
-        for s in rules.identity_scopes(queue, user, group)
-        for resource in s.rule.counters()
-        if resource in wanted
-    }
+    return set(identity_limits(rules, queue, user, group, requested))
 
 
 def check_owner(app: AppState, user: str | None, queue: str) -> None:
@@ -96,23 +103,63 @@ def lock_for_reserve(
     rules: PartitionRules,
     app: AppState,
     requested: Mapping[str, int],
+    now: datetime,
 ) -> list[Counter]:
-    """Lock the user/group counters that enforce a reservation; missing ones are created
-    (in a transaction of their own) and the reservation starts again."""
-    needed = identity_keys(rules, app.queue, app.user, app.group, requested)
-    if not needed:
+    """Lock the user/group counters that enforce a reservation, creating the missing ones.
+
+    A user's copy of a wildcard limit is made when it is first needed. It is created here, in
+    the reservation's own transaction, so a refusal leaves no trace; the limits come from
+    ``rules`` (read under the shared partition lock this transaction holds, so no
+    configuration change can slip in between) and the usage from the application rows.
+    """
+    limits = identity_limits(rules, app.queue, app.user, app.group, requested)
+    if not limits:
         return []
+    have = _lock_identity(tx, app.partition, limits)
+    if missing := sorted(limits.keys() - have.keys()):
+        _create(tx, app, {key: limits[key] for key in missing}, requested, now)
+        have = _lock_identity(tx, app.partition, limits)
+    return [have[key] for key in sorted(limits)]
+
+
+def _lock_identity(tx: LedgerTx, partition: str, keys: Iterable[Key]) -> dict[Key, Counter]:
+    wanted = set(keys)
     found = tx.lock_identity_counters(
-        app.partition,
-        {(k, n) for k, n, _, _ in needed},
-        {q for _, _, q, _ in needed},
-        {r for _, _, _, r in needed},
+        partition,
+        {(k, n) for k, n, _, _ in wanted},
+        {q for _, _, q, _ in wanted},
+        {r for _, _, _, r in wanted},
     )
-    have = {(c.scope_type, c.name or "", c.scope, c.resource): c for c in found}
-    missing = sorted(needed - have.keys())
-    if missing:
-        raise MissingCounters(app.partition, [], identity=missing)
-    return [have[key] for key in sorted(needed)]
+    return {key: c for c in found if (key := (c.scope_type, c.name or "", c.scope, c.resource)) in wanted}
+
+
+def _create(
+    tx: LedgerTx, app: AppState, limits: Mapping[Key, int], requested: Mapping[str, int], now: datetime
+) -> None:
+    """Insert counters (skipping any a concurrent transaction created first) holding what the
+    application rows held before this reservation: this transaction has already written its
+    own application row, and adds its request to the counters once they are locked.
+
+    The rows are locked, so that a release or expiry of another of the user's applications
+    (which finds no counter to charge yet) is either in the values or waits for them. That
+    lock comes after the counters in the lock order, once per counter's lifetime: a deadlock
+    it meets is the database's to detect, and the driver runs the reservation again. A
+    concurrent reservation of the same user inserting the same counter waits for ours (or we
+    for it): one insert is kept, and each then adds its own request under the counter lock.
+    """
+    names = sorted({(kind, name) for kind, name, _, _ in limits})
+    keys = {k for kind, name in names for k in tx.app_keys_of(app.partition, kind, name)}
+    apps = list(tx.lock_apps(app.partition, keys).values())
+    rows = {}
+    for key, limit in limits.items():
+        in_use, reserved = identity.value(apps, key)
+        resource = key[3]
+        if resource == APPLICATIONS:
+            in_use -= requested[APPLICATIONS]
+        else:
+            reserved -= requested[resource]
+        rows[key] = (in_use, reserved, limit)
+    tx.insert_identity_counters(app.partition, rows, now)
 
 
 def lock_of(tx: LedgerTx, apps: Iterable[AppState], resources: Iterable[str]) -> list[Counter]:

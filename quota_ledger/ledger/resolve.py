@@ -1,6 +1,12 @@
-"""Resolving reservations: commit, rollback and expiry, inside the ledger's transactions.
+"""Commit and rollback: resolving a pending reservation, exactly once.
 
-A pending reservation is resolved exactly once. Its own rows are written first, then its
+Commit has two paths with one outcome: on PostgreSQL a whole commit is one call of the server
+function ``ledger_commit`` (migration 0004), which declines whatever it does not cover (a
+reservation not found, not pending, past its expiry, or without its application row); the
+general path, a transaction of steps on :class:`LedgerTx`, then says which. Rollback, partial
+commits and every commit on the other engines take the general path.
+
+A pending reservation's Its own rows are written first, then its
 application row, then the shared counters in the canonical lock order (see
 :mod:`quota_ledger.driver.tx`).
 """
@@ -9,17 +15,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver import pg_functions
+from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import arguments, queues, tracking
 from quota_ledger.model import limits as limit_rules
-from quota_ledger.model import queues, tracking
-from quota_ledger.model.errors import ReservationStateError, UsageUnderflow
+from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
@@ -37,13 +46,6 @@ def stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
     line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
     tx.after_commit.append(lambda: summary_log.info("QUOTA_APP_SUMMARY: %s", line))
     return True
-
-
-def reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, int]:
-    """A running-application count is in use at once; resources are reserved."""
-    if counter.resource == APPLICATIONS:
-        return requested[APPLICATIONS], 0
-    return 0, requested[counter.resource]
 
 
 def by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
@@ -114,7 +116,7 @@ def resolve(
         tx.update_app(app)
     resources = [*reservation.resources, *([APPLICATIONS] if stopped else [])]
     pairs = [(reservation.queue, res) for res in reservation.resources]
-    own = tx.lock_queue_counters(reservation.partition, pairs, create_missing=False)
+    own = tx.lock_queue_counters(reservation.partition, pairs)
     limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
     counters = counters_of(reservation, own, by_key(limits), stopped=stopped)
     scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
@@ -162,102 +164,88 @@ def leave_quotas(
     tx.apply_identity_deltas(deltas, now)
 
 
-def expire_batch(
-    tx: LedgerTx, partition: str, batch_size: int, rules_of: Callable[[LedgerTx], PartitionRules]
-) -> int:
-    now = tx.db_now()
-    stored = tx.lock_expired(partition, batch_size, now)
-    if not stored:
-        return 0
-    rules = rules_of(tx)
-    expiring = [s.reservation for s in stored]
-    keys = {applications.key_of(r) for r in expiring if applications.tracked(r.user, r.application)}
-    apps = tx.lock_apps(partition, keys)
-    for reservation in expiring:
-        if (app := apps.get(applications.key_of(reservation))) is not None:
-            tracking.resolve(app, reservation.resources, {}, now)
-    stopping = [a for a in apps.values() if tracking.idle(a) and stop(tx, a, now, "Expired")]
-    for app in apps.values():
-        tx.update_app(app)
-    pairs = {(r.queue, res) for r in expiring for res in r.resources}
-    resources = {res for _, res in pairs} | ({APPLICATIONS} if stopping else set())
-    own = tx.lock_queue_counters(partition, pairs, create_missing=False)
-    scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
-    limits = by_key(tx.lock_subtree_counters(partition, scopes, resources))
-    scoped = applications.lock_of(tx, apps.values(), resources)
-    deltas: dict[int, tuple[int, int]] = {}
-    identity_deltas: dict[int, tuple[int, int]] = {}
-    for reservation in expiring:
-        for counter in counters_of(reservation, own, limits):
-            applications.add_delta(deltas, counter, 0, -reservation.resources[counter.resource])
-        if (app := apps.get(applications.key_of(reservation))) is not None:
-            for named in applications.charges(app, scoped):
-                if (amount := reservation.resources.get(named.resource)) is not None:
-                    applications.add_delta(identity_deltas, named, 0, -amount)
-    for app in stopping:
-        for scope in queues.lineage(app.queue):
-            if (count := limits.get((scope, APPLICATIONS))) is not None:
-                applications.add_delta(deltas, count, -1, 0)
-        for named in applications.charges(app, scoped):
-            if named.resource == APPLICATIONS:
-                applications.add_delta(identity_deltas, named, -1, 0)
-    tx.apply_counter_deltas(deltas, now)
-    tx.apply_identity_deltas(identity_deltas, now)
-    leave_quotas(tx, rules, stored, now)
-    return tx.expire_reservations([r.id for r in expiring], now)
+def locked(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:
+    """Lock a reservation's row (step 2 of the lock order) and read the database clock."""
+    found = tx.lock_reservation(reservation_id)
+    if found is None:
+        raise ReservationNotFound(reservation_id)
+    return found
 
 
-def release_in_use(
-    tx: LedgerTx,
-    partition: str,
-    queue: str,
-    amounts: Mapping[str, int],
-    user: str | None,
-    application: str | None,
-    finished: bool,
+# -- commit ------------------------------------------------------------------------------------
+def commit(
+    driver: DbQuotaDriver,
+    rules: CompiledRules,
+    reservation_id: str,
+    amounts: Mapping[str, int] | None,
     operation_id: str,
-    now: datetime,
-    reservation_id: str | None = None,
-) -> None:
-    """Return in-use resources of ``queue`` (and of the user's application, if named)."""
-    app = None
-    stopped = False
-    if applications.tracked(user, application):
-        key = tracking.app_key(application, user, queue)
-        app = tx.lock_apps(partition, [key]).get(key)
-        if app is not None:
-            applications.check_owner(app, user, queue)
-        if short := tracking.shortfalls(app, amounts):
-            raise UsageUnderflow(partition, queue, short)
-        if app is not None:
-            tracking.release(app, amounts, now)
-            # YuniKorn drops an application from its trackers once nothing of it is allocated.
-            if finished or tracking.idle(app):
-                stopped = stop(tx, app, now, "Completed")
-            tx.update_app(app)
-    own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts], create_missing=False)
-    short = {
-        res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
-        for res, amount in amounts.items()
-        if (queue, res) not in own or own[(queue, res)].in_use < amount
-    }
-    if short:
-        raise UsageUnderflow(partition, queue, short)
-    resources = [*amounts, *([APPLICATIONS] if stopped else [])]
-    limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
-    scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
+) -> Reservation:
+    """Commit a pending reservation (``amounts``: part of it, None: all of it)."""
+    if amounts is None and driver.functions:
+        done = commit_by_function(driver, reservation_id, operation_id)
+        if done is not None:
+            return done
+    result, expired = driver.run(lambda tx: commit_general(tx, rules, reservation_id, amounts, operation_id))
+    if expired:
+        raise ReservationStateError(result.id, result.state, "commit")
+    return result
 
-    def delta(c: Counter) -> tuple[int, int]:
-        return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
 
-    tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
-    tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
-    tx.append_journal(
-        partition,
-        queue,
-        {res: -amount for res, amount in amounts.items()},
-        kind="release",
-        operation_id=operation_id,
-        reservation_id=reservation_id,
-        now=now,
+def commit_general(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    reservation_id: str,
+    amounts: Mapping[str, int] | None,
+    operation_id: str,
+) -> tuple[Reservation, bool]:
+    """The general path's transaction; True with a reservation that had run out of time and
+    is expired instead (committed, so that a commit arriving late still cleans up)."""
+    stored, now = locked(tx, reservation_id)
+    current = stored.reservation
+    if current.state is ReservationState.COMMITTED:
+        return current, False
+    if current.state is not ReservationState.PENDING:
+        raise ReservationStateError(current.id, current.state, "commit")
+    if now.replace(tzinfo=UTC) >= current.expires_at:
+        in_force = rules.partition(tx, current.partition)
+        return resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", in_force), True
+    committed = arguments.commit_amounts(current, amounts)
+    return resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id), False
+
+
+def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
+    """Commit a pending reservation whole in one call; None when the function declined."""
+    rows = driver.call(pg_functions.COMMIT, {"id": reservation_id, "op": operation_id})
+    if not rows:
+        return None
+    row = rows[0]
+    resources = dict(zip(row.resources, row.amounts, strict=True))
+    return Reservation(
+        id=reservation_id,
+        state=ReservationState.COMMITTED,
+        partition=row.partition,
+        queue=row.queue,
+        resources=resources,
+        created_at=row.created_at.replace(tzinfo=UTC),
+        expires_at=row.expires_at.replace(tzinfo=UTC),
+        key=row.key,
+        user=row.user_name,
+        groups=tuple(json.loads(row.groups)) if row.groups else (),
+        application=row.application,
+        priority_class=row.priority_class,
+        committed=dict(resources),
+        resolved_at=row.resolved_at.replace(tzinfo=UTC),
     )
+
+
+# -- rollback ----------------------------------------------------------------------------------
+def rollback(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reservation:
+    """Release a pending reservation; a rolled-back or expired one is returned as it is."""
+    stored, now = locked(tx, reservation_id)
+    current = stored.reservation
+    if current.state is ReservationState.COMMITTED:
+        raise ReservationStateError(current.id, current.state, "roll back")
+    if current.state is not ReservationState.PENDING:
+        return current
+    in_force = rules.partition(tx, current.partition)
+    return resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", in_force)

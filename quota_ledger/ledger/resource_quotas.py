@@ -11,7 +11,7 @@ Lock order after the user/group counters: quota counters, sorted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -19,12 +19,15 @@ from typing import Any
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import admission
+from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.model import limits as limit_rules
-from quota_ledger.model.errors import MissingCoveringQuota, PodMissingResources
+from quota_ledger.model.errors import MissingCoveringQuota, PodMissingResources, ResourceQuotaNotFound
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.values import Violation
+
+KubeEdit = Callable[[dict[str, Any]], None]
 
 QUOTA = "quota"
 _CONSTRAINED = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
@@ -152,3 +155,39 @@ def reconcile(
         },
         now,
     )
+
+
+# -- edits of the stored Kubernetes objects (applied as a configuration change) ----------------
+def put(partition: str, key: str, manifest: dict[str, Any]) -> KubeEdit:
+    """Create or replace the ResourceQuota ``key`` (``namespace/name``)."""
+
+    def edit(kube: dict[str, Any]) -> None:
+        entries = kube.setdefault(partition, {}).setdefault("quotas", {})
+        entries[key] = {"queue": "", "manifest": manifest}
+
+    return edit
+
+
+def remove(partition: str, key: str) -> KubeEdit:
+    """Delete the ResourceQuota ``key``; :class:`ResourceQuotaNotFound` if there is none."""
+
+    def edit(kube: dict[str, Any]) -> None:
+        entries = kube.get(partition, {}).get("quotas", {})
+        if key not in entries:
+            raise ResourceQuotaNotFound(key)
+        del entries[key]
+
+    return edit
+
+
+def set_admission(partition: str, manifest: Mapping[str, Any] | None) -> KubeEdit:
+    """Set the admission plugin's configuration (None removes it)."""
+
+    def edit(kube: dict[str, Any]) -> None:
+        objects = kube.setdefault(partition, {})
+        if manifest is None:
+            objects.pop("admission", None)
+        else:
+            objects["admission"] = kube_quotas.json_safe(manifest)
+
+    return edit

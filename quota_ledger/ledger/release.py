@@ -1,0 +1,123 @@
+"""Release: in-use resources leave the ledger (a pod is gone), never refused for a limit.
+
+Either given amounts of a queue (:func:`release_in_use`, as YuniKorn's release of an
+allocation) or everything a committed reservation holds, once (:func:`release_reservation`).
+Releasing more than is in use raises :class:`UsageUnderflow` and changes nothing. Lock order
+as for every path: the reservation row, the application row, then the counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.ledger import applications, resolve
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import queues, tracking
+from quota_ledger.model.errors import UsageUnderflow
+from quota_ledger.model.limits import Counter
+from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.values import Reservation, ReservationState
+
+
+def release(
+    tx: LedgerTx,
+    partition: str,
+    queue: str,
+    amounts: Mapping[str, int],
+    user: str | None,
+    application: str | None,
+    finished: bool,
+    operation_id: str,
+) -> None:
+    """Return in-use ``amounts`` of ``queue``, once per ``operation_id``."""
+    if tx.attempt and tx.operation_recorded(operation_id):
+        return  # the first attempt committed before the connection dropped
+    release_in_use(tx, partition, queue, amounts, user, application, finished, operation_id, tx.db_now())
+
+
+def release_reservation(
+    tx: LedgerTx, rules: CompiledRules, reservation_id: str, finished: bool, operation_id: str
+) -> Reservation:
+    """Release everything a committed reservation holds, once; a pending one is rolled back."""
+    stored, now = resolve.locked(tx, reservation_id)
+    current = stored.reservation
+    in_force = rules.partition(tx, current.partition)
+    if current.state is ReservationState.PENDING:
+        return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", in_force)
+    if current.state is not ReservationState.COMMITTED or current.released_at is not None:
+        return current
+    tx.mark_released(current.id, now)
+    amounts = {res: v for res, v in (current.committed or {}).items() if v > 0}
+    release_in_use(
+        tx,
+        current.partition,
+        current.queue,
+        amounts,
+        current.user,
+        current.application,
+        finished,
+        operation_id,
+        now,
+        reservation_id=current.id,
+    )
+    resolve.leave_quotas(tx, in_force, [stored], now)
+    return replace(current, released_at=now.replace(tzinfo=UTC))
+
+
+def release_in_use(
+    tx: LedgerTx,
+    partition: str,
+    queue: str,
+    amounts: Mapping[str, int],
+    user: str | None,
+    application: str | None,
+    finished: bool,
+    operation_id: str,
+    now: datetime,
+    reservation_id: str | None = None,
+) -> None:
+    """Return in-use resources of ``queue`` (and of the user's application, if named)."""
+    app = None
+    stopped = False
+    if applications.tracked(user, application):
+        key = tracking.app_key(application, user, queue)
+        app = tx.lock_apps(partition, [key]).get(key)
+        if app is not None:
+            applications.check_owner(app, user, queue)
+        if short := tracking.shortfalls(app, amounts):
+            raise UsageUnderflow(partition, queue, short)
+        if app is not None:
+            tracking.release(app, amounts, now)
+            # YuniKorn drops an application from its trackers once nothing of it is allocated.
+            if finished or tracking.idle(app):
+                stopped = resolve.stop(tx, app, now, "Completed")
+            tx.update_app(app)
+    own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts])
+    short = {
+        res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
+        for res, amount in amounts.items()
+        if (queue, res) not in own or own[(queue, res)].in_use < amount
+    }
+    if short:
+        raise UsageUnderflow(partition, queue, short)
+    resources = [*amounts, *([APPLICATIONS] if stopped else [])]
+    limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
+    scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
+
+    def delta(c: Counter) -> tuple[int, int]:
+        return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
+
+    tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
+    tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
+    tx.append_journal(
+        partition,
+        queue,
+        {res: -amount for res, amount in amounts.items()},
+        kind="release",
+        operation_id=operation_id,
+        reservation_id=reservation_id,
+        now=now,
+    )

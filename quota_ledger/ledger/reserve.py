@@ -1,0 +1,346 @@
+"""Reserve: one transaction that checks every limit on the way to root and holds the request.
+
+Two paths, one outcome. On PostgreSQL a reservation on counters that exist, for an
+application that is already running (or none), is one call of the server function
+``ledger_reserve`` (migration 0004): which ResourceQuotas it is charged to, its group and the
+user/group counters that enforce it are decided here from the configuration the engine last
+compiled, and the function checks under the partition lock that this configuration is still
+in force and that the application row is as expected. Anything else (and every reservation on
+the other engines) takes the general path, a transaction of steps on :class:`LedgerTx`.
+
+The general path creates the counters it needs in its own transaction, in the lock order of
+:mod:`quota_ledger.driver.tx`: the queue counters after locking those that exist, the
+user/group counters after the limits. A refusal rolls the inserts back with the rest, so a
+refused request leaves no trace.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from quota_ledger.config.rules import Rules
+from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import arguments, queues, tracking, validation
+from quota_ledger.model import limits as limit_rules
+from quota_ledger.model.errors import MissingCoveringQuota, OverQuota, PodMissingResources
+from quota_ledger.model.limits import Counter
+from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.tracking import AppState
+from quota_ledger.model.values import Reservation, ReservationState
+
+Missing = Mapping[str, Mapping[str, list[str]]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """A checked reservation request (the engine validates the arguments it is built from)."""
+
+    reservation_id: str
+    partition: str
+    queue: str
+    #: resource -> amount, every amount positive
+    resources: dict[str, int]
+    user: str | None
+    groups: tuple[str, ...]
+    application: str | None
+    priority_class: str | None
+    key: str | None
+    request_hash: str
+    ttl_seconds: float
+    #: ``{"usage": ..., "scopes": ...}``: what ResourceQuotas count and match on
+    kube: dict[str, Any]
+    namespace: str
+    #: for a pod: containers that set no request or limit, per kind and resource
+    missing: Missing | None = None
+
+    def pending(self, now: datetime) -> Reservation:
+        """The reservation as stored, created at ``now`` (the database clock)."""
+        return Reservation(
+            id=self.reservation_id,
+            state=ReservationState.PENDING,
+            partition=self.partition,
+            queue=self.queue,
+            resources=self.resources,
+            created_at=now.replace(tzinfo=UTC),
+            expires_at=(now + timedelta(seconds=self.ttl_seconds)).replace(tzinfo=UTC),
+            key=self.key,
+            user=self.user,
+            groups=self.groups,
+            application=self.application,
+            priority_class=self.priority_class,
+        )
+
+
+def build(
+    *,
+    partition: str,
+    queue: str,
+    resources: dict[str, int],
+    user: str | None,
+    groups: Iterable[str] | None,
+    application: str | None,
+    ttl: float | timedelta | None,
+    default_ttl: float,
+    key: str | None,
+    kube: dict[str, Any],
+    namespace: str,
+    missing: Missing | None = None,
+) -> Request:
+    """A request from the caller's arguments, its names checked (``resources`` and ``kube``
+    are already parsed), with a new reservation id and the hash a repeat must match."""
+    group_list = validation.names(groups, "groups")
+    who = {
+        "user": validation.optional_name(user, "user"),
+        "application": validation.optional_name(application, "application"),
+        "priority_class": kube["scopes"]["priorityClass"],
+    }
+    key = validation.optional_name(key, "key")
+    ttl_seconds = default_ttl if ttl is None else validation.ttl(ttl)
+    scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
+    return Request(
+        reservation_id=str(uuid.uuid4()),
+        partition=partition,
+        queue=queue,
+        resources=resources,
+        user=who["user"],
+        groups=group_list,
+        application=who["application"],
+        priority_class=who["priority_class"],
+        key=key,
+        request_hash=arguments.request_hash(partition, queue, resources, group_list, {**who, **scopes}),
+        ttl_seconds=ttl_seconds,
+        kube=kube,
+        namespace=namespace,
+        missing=missing,
+    )
+
+
+def reserve(
+    driver: DbQuotaDriver, rules: CompiledRules, bounds: validation.Bounds, request: Request
+) -> Reservation:
+    """Reserve ``request`` (the function path first where there is one), or raise the refusal."""
+    if driver.functions and request.resources:
+        created = _by_function(driver, rules.known(driver.run), request)
+        if created is not None:
+            return request.pending(created)
+        # Declined: nothing was written, unless a lost connection hid our own commit; then
+        # the insert below meets our id and the retry finds the reservation.
+    return driver.run(lambda tx: general(tx, rules, bounds, request))
+
+
+# -- the general path --------------------------------------------------------------------------
+def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, request: Request) -> Reservation:
+    """The general path's transaction."""
+    partition, queue, positive = request.partition, request.queue, request.resources
+    if request.key is not None and (found := tx.find_reservation_by_key(partition, request.key)):
+        return arguments.same_request(found, partition, request.key, request.request_hash)
+    if tx.attempt and (found := tx.find_reservation(request.reservation_id)):
+        return found.reservation  # the first attempt committed before the connection dropped
+    now = tx.lock_partition(partition, exclusive=False)
+    in_force = rules.partition(tx, partition)
+    quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
+    reservation = request.pending(now)
+    # Write our own new rows first and lock the shared counters last, so they are held only
+    # for check, update and commit.
+    tx.insert_reservation(reservation, request.request_hash, request.kube)
+    if not positive:
+        tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
+    app: AppState | None = None
+    if applications.tracked(request.user, request.application):
+        app = applications.open_app(
+            tx,
+            in_force,
+            partition=partition,
+            queue=queue,
+            user=request.user,
+            groups=request.groups,
+            application=request.application,
+            now=now,
+        )
+        tracking.add_reserved(app, positive)
+        applications.save(tx, app)
+    # A new application counts against every maxapplications on its way to root.
+    requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
+    own = _lock_own(tx, bounds, request, requested, checked=app is not None or bool(quotas), now=now)
+    limits = tx.lock_subtree_counters(partition, queues.lineage(queue), requested)
+    scoped = applications.lock_for_reserve(tx, in_force, app, requested, now) if app is not None else []
+    quota_usage: dict[str, int] = request.kube["usage"]
+    charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
+    broken = limit_rules.violations(partition, requested, [*limits, *scoped])
+    broken += resource_quotas.violations(partition, quota_usage, charged)
+    if broken:
+        raise OverQuota(broken)
+    limit_rules.check_overflow(positive, [*own, *limits, *scoped])
+    limit_rules.check_overflow(quota_usage, charged, field="in_use")
+    tx.apply_counter_deltas({c.id: reserve_delta(c, requested) for c in [*own, *limits]}, now)
+    tx.apply_identity_deltas({c.id: reserve_delta(c, requested) for c in scoped}, now)
+    resource_quotas.charge(tx, charged, quota_usage, +1, now)
+    return reservation
+
+
+def _lock_own(
+    tx: LedgerTx,
+    bounds: validation.Bounds,
+    request: Request,
+    requested: Mapping[str, int],
+    *,
+    checked: bool,
+    now: datetime,
+) -> list[Counter]:
+    """Lock the queue's own counters of the request, creating those used for the first time.
+
+    ``checked``: user, group or quota limits are in play, which are checked (all together, so
+    that a refusal lists every broken limit) once the counters are locked. Without them the
+    queue limits are read first and a request they refuse is refused before any insert.
+    """
+    partition = request.partition
+    pairs = [(request.queue, r) for r in request.resources]
+    savepoint = tx.savepoint()
+    own = tx.lock_queue_counters(partition, pairs)
+    if savepoint is not None:
+        if len(own) == len(pairs):
+            savepoint.commit()
+        else:
+            # Let go of the counters just locked (PostgreSQL): the missing ones are inserted
+            # while this transaction holds no counter, then all are locked in order.
+            savepoint.rollback()
+    if len(own) < len(pairs):
+        if not checked:
+            chain = queues.lineage(request.queue)
+            unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
+            if broken := limit_rules.violations(partition, requested, unlocked):
+                raise OverQuota(broken)
+        bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
+        # The partition's row first (PostgreSQL; elsewhere the partition lock made it): no
+        # counter of a partition without its row exists for us to hold while we wait on it.
+        tx.ensure_partition(partition, now)
+        tx.insert_queue_counters(partition, sorted(set(pairs) - own.keys()), now)
+        own = tx.lock_queue_counters(partition, pairs)
+    return list(own.values())
+
+
+def reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, int]:
+    """A running-application count is in use at once; resources are reserved."""
+    if counter.resource == APPLICATIONS:
+        return requested[APPLICATIONS], 0
+    return 0, requested[counter.resource]
+
+
+# -- the PostgreSQL function path --------------------------------------------------------------
+def quota_charges(rules: Rules, request: Request) -> list[tuple[str, str, int]] | None:
+    """The (quota, resource, amount) charges of a request under ``rules``, or None when the
+    admission rules refuse it: the general path then decides again under the partition lock
+    (these ``rules`` may be out of date) and raises the refusal."""
+    try:
+        quotas = resource_quotas.admit(
+            rules.partition(request.partition),
+            request.queue,
+            request.namespace,
+            request.kube,
+            request.missing,
+        )
+    except (MissingCoveringQuota, PodMissingResources):
+        return None
+    usage: Mapping[str, int] = request.kube["usage"]
+    return [(key, name, usage[name]) for key, name in sorted(resource_quotas.charged_keys(quotas, usage))]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request is for, and what tracking it costs under a compiled configuration."""
+
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    application: str | None = None
+    #: the application row (None: untracked), and the group it must be tracked against
+    app_key: str | None = None
+    group: str | None = None
+    #: (kind, name, queue, resource, amount) for every user/group counter that enforces it
+    counters: tuple[tuple[str, str, str, str, int], ...] = field(default=())
+
+
+def identity_of(rules: Rules, request: Request) -> Identity:
+    """The application row and user/group counters a request is charged to, as the general
+    path would find them for an application that is already running."""
+    user, application, groups = request.user, request.application, request.groups
+    if user is None and application is None:
+        return Identity(groups=groups)
+    found = rules.partition(request.partition)
+    group = applications.group_for(found, request.queue, user, groups)
+    needed = applications.identity_keys(found, request.queue, user, group, request.resources)
+    return Identity(
+        user=user,
+        groups=groups,
+        application=application,
+        app_key=tracking.app_key(application, user, request.queue),
+        group=group,
+        counters=tuple((*key, request.resources[key[3]]) for key in sorted(needed)),
+    )
+
+
+def _by_function(driver: DbQuotaDriver, rules: Rules, request: Request) -> datetime | None:
+    """Reserve in one call; the database clock it was created at, or None when the function
+    declined (nothing was written) or the admission rules may refuse it."""
+    charges = quota_charges(rules, request)
+    if charges is None:
+        return None
+    return call(driver, rules, request, charges, identity_of(rules, request))
+
+
+def call(
+    driver: DbQuotaDriver,
+    rules: Rules,
+    request: Request,
+    charges: Sequence[tuple[str, str, int]],
+    identity: Identity,
+) -> datetime | None:
+    """One call of ``ledger_reserve``, charging the ResourceQuota counters ``charges`` names and
+    the application and user/group counters of ``identity``; None when it declined."""
+    resources = request.resources
+    names = sorted(resources)
+    counters = identity.counters
+    ttl = timedelta(seconds=request.ttl_seconds)
+    rows = driver.call(
+        pg_functions.RESERVE,
+        {
+            "id": request.reservation_id,
+            "partition": request.partition,
+            "key": request.key,
+            "request_hash": request.request_hash,
+            "queue": request.queue,
+            "resources": names,
+            "amounts": [resources[name] for name in names],
+            "ttl_us": ttl // timedelta(microseconds=1),
+            "priority_class": request.priority_class,
+            "kube": json.dumps(request.kube, sort_keys=True, separators=(",", ":")),
+            "version": rules.version,
+            "ns": dialect.ADVISORY_NAMESPACE,
+            "k": dialect.advisory_key(request.partition),
+            "quota_names": [key for key, _, _ in charges],
+            "quota_resources": [name for _, name, _ in charges],
+            "quota_amounts": [amount for _, _, amount in charges],
+            "user": identity.user,
+            "groups": json.dumps(list(identity.groups)) if identity.groups else None,
+            "application": identity.application,
+            "app_key": identity.app_key,
+            "group": identity.group,
+            "id_kinds": [c[0] for c in counters],
+            "id_names": [c[1] for c in counters],
+            "id_queues": [c[2] for c in counters],
+            "id_resources": [c[3] for c in counters],
+            "id_amounts": [c[4] for c in counters],
+        },
+    )
+    if rows is None:
+        return None
+    now: datetime = rows[0][0]
+    return now
