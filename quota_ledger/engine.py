@@ -370,11 +370,15 @@ class QuotaEngine:
         groups: Iterable[str] | None = (),
         application: str | None = None,
         finished: bool = False,
+        key: str | None = None,
     ) -> None:
         """Return in-use resources of ``queue``: the resource is gone again.
 
         Never refused for being over a limit. Releasing more than is in use raises
-        :class:`UsageUnderflow` and changes nothing.
+        :class:`UsageUnderflow` and changes nothing. With ``key`` the release happens once:
+        calling again with the same key and request (after a timeout or a failover, when the
+        caller cannot tell whether the first call was applied) changes nothing, and the key
+        with a different request raises :class:`IdempotencyConflict`.
         """
         validation.partition(partition)
         validation.queue(queue)
@@ -383,6 +387,8 @@ class QuotaEngine:
         application = validation.optional_name(application, "application")
         validation.names(groups, "groups")
         validation.flag(finished, "finished")
+        key = validation.optional_name(key, "key")
+        operation_id = str(uuid.uuid4()) if key is None else release.keyed_operation_id(partition, key)
         operation = partial(
             release.release,
             partition=partition,
@@ -391,7 +397,8 @@ class QuotaEngine:
             user=user,
             application=application,
             finished=finished,
-            operation_id=str(uuid.uuid4()),
+            operation_id=operation_id,
+            key=key,
         )
         self.driver.run(operation)
 

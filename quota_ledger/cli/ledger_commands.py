@@ -55,6 +55,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
     p.add_argument("queue")
     p.add_argument("resources", nargs="+", metavar="RES=QTY")
     p.add_argument("--finished", action="store_true", help="the application has finished")
+    p.add_argument("--key", help="idempotency key: the release happens once per key")
     p.set_defaults(handler=_release)
     p = sub.add_parser(
         "usage", parents=[common, part], help="usage table of QUEUE's subtree; without QUEUE, the queue tree"
@@ -118,6 +119,7 @@ def _release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
         groups=args.group or (),
         application=args.application,
         finished=args.finished,
+        key=args.key,
     )
     output.say(args, {"released": resources, "queue": args.queue}, "released from {queue}")
     return 0

@@ -27,6 +27,13 @@ PG_INSERT_JOURNAL = (
 )
 # operation_recorded: did an earlier attempt of this call already commit? no lock.
 _OPERATION_RECORDED = select(_J.id).where(_J.operation_id == bindparam("op")).limit(1)
+# operation_changes: what one operation changed, per (queue, resource); no lock (run after the
+# caller locked what a twin operation would lock, so a committed twin is seen).
+_OPERATION_CHANGES = (
+    select(_J.queue, _J.resource, func.sum(_J.delta).label("total"))
+    .where(_J.operation_id == bindparam("op"))
+    .group_by(_J.queue, _J.resource)
+)
 
 # -- audit (no locks; read in one snapshot or under the exclusive partition lock) -------------
 _JOURNAL_SUMS = (
@@ -92,6 +99,11 @@ class JournalStatements:
 
     def operation_recorded(self, operation_id: str) -> bool:
         return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None
+
+    def operation_changes(self, operation_id: str) -> dict[tuple[str, str], int]:
+        """SUM(delta) per (queue, resource) of one operation's journal entries (empty: none)."""
+        rows = self.conn.execute(_OPERATION_CHANGES, {"op": operation_id})
+        return {(row.queue, row.resource): int(row.total) for row in rows}
 
     def journal_sums(self, partition: str) -> dict[tuple[str, str], int]:
         """SUM(delta) of the journal per (queue, resource): what in_use must be."""

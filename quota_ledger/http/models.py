@@ -70,6 +70,8 @@ class ReleaseBody(_Strict):
     groups: Names = None
     application: Name = None
     finished: Flag = False
+    #: the release happens once per key: a repeated call changes nothing
+    key: Name = None
 
 
 class ReleaseReservationBody(_Strict):

@@ -177,6 +177,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
                 groups=body.groups,
                 application=body.application,
                 finished=body.finished,
+                key=body.key,
             )
         return Response(status_code=204)
 

@@ -8,7 +8,8 @@ as for every path: the reservation row, the application row, then the counters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -16,10 +17,19 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resolve
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import queues, tracking
-from quota_ledger.model.errors import UsageUnderflow
+from quota_ledger.model.errors import IdempotencyConflict, UsageUnderflow
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import Reservation, ReservationState
+
+#: release keys name their operation in the journal by a name-based UUID in this namespace
+_KEYED = uuid.UUID("6f1d3c1e-8d8a-4c55-9a4e-2f0b7f1e5a10")
+
+
+def keyed_operation_id(partition: str, key: str) -> str:
+    """The journal's operation id of the release made with ``key`` in ``partition``: the same
+    on every call, so a repeated call (after a timeout, a failover) finds the first one."""
+    return str(uuid.uuid5(_KEYED, f"release\x00{partition}\x00{key}"))
 
 
 def release(
@@ -31,11 +41,37 @@ def release(
     application: str | None,
     finished: bool,
     operation_id: str,
+    key: str | None = None,
 ) -> None:
-    """Return in-use ``amounts`` of ``queue``, once per ``operation_id``."""
-    if tx.attempt and tx.operation_recorded(operation_id):
+    """Return in-use ``amounts`` of ``queue``, once per ``operation_id``.
+
+    With ``key`` (whose operation id is :func:`keyed_operation_id`), a release already made
+    with that key returns without changing anything, and one made with the key for another
+    request raises :class:`IdempotencyConflict`. The check runs after the first row lock the
+    release takes, so of two concurrent calls with one key the second sees the first's entries.
+    """
+    if key is None and tx.attempt and tx.operation_recorded(operation_id):
         return  # the first attempt committed before the connection dropped
-    release_in_use(tx, partition, queue, amounts, user, application, finished, operation_id, tx.db_now())
+    wanted = {(queue, res): -amount for res, amount in amounts.items()}
+
+    def applied() -> bool:
+        done = tx.operation_changes(operation_id)
+        if done and key is not None and done != wanted:
+            raise IdempotencyConflict(partition, key, None)
+        return bool(done)
+
+    release_in_use(
+        tx,
+        partition,
+        queue,
+        amounts,
+        user,
+        application,
+        finished,
+        operation_id,
+        tx.db_now(),
+        applied=applied if key is not None else None,
+    )
 
 
 def release_reservation(
@@ -78,14 +114,22 @@ def release_in_use(
     operation_id: str,
     now: datetime,
     reservation_id: str | None = None,
+    applied: Callable[[], bool] | None = None,
 ) -> None:
-    """Return in-use resources of ``queue`` (and of the user's application, if named)."""
+    """Return in-use resources of ``queue`` (and of the user's application, if named).
+
+    ``applied`` says whether this operation is already in the journal; it is asked once,
+    right after the first row lock (the application row, else the queue's counters).
+    """
     app = None
     stopped = False
     if applications.tracked(user, application):
         key = tracking.app_key(application, user, queue)
         app = tx.lock_apps(partition, [key]).get(key)
         if app is not None:
+            if applied is not None and applied():
+                return
+            applied = None
             applications.check_owner(app, user, queue)
         if short := tracking.shortfalls(app, amounts):
             raise UsageUnderflow(partition, queue, short)
@@ -96,6 +140,8 @@ def release_in_use(
                 stopped = resolve.stop(tx, app, now, "Completed")
             tx.update_app(app)
     own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts])
+    if applied is not None and applied():
+        return
     short = {
         res: (own[(queue, res)].in_use if (queue, res) in own else 0, amount)
         for res, amount in amounts.items()
