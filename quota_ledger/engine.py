@@ -230,7 +230,7 @@ class QuotaEngine:
     def limits(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, dict[str, int]]:
         """Every limit in the partition: ``{queue: {resource: limit}}``."""
         validation.partition(partition)
-        return self.driver.run(lambda tx: reads.limits(tx, partition))
+        return self.driver.run(lambda tx: reads.limits(tx, partition), read_only=True)
 
     # -- reservations ------------------------------------------------------------------------
     def reserve(
@@ -462,7 +462,7 @@ class QuotaEngine:
     def resource_quotas(self, *, partition: str = DEFAULT_PARTITION) -> list[tuple[str, str]]:
         """(namespace, name) of every ResourceQuota in the partition."""
         validation.partition(partition)
-        return self.driver.run(lambda tx: reads.quota_names(tx, self.rules, partition))
+        return self.driver.run(lambda tx: reads.quota_names(tx, self.rules, partition), read_only=True)
 
     def resource_quota_status(
         self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION
@@ -508,7 +508,7 @@ class QuotaEngine:
         """Usage of ``queue``'s whole subtree per resource, with the queue's own limit."""
         validation.partition(partition)
         validation.queue(queue)
-        return self.driver.run(lambda tx: reads.usage(tx, partition, queue))
+        return self.driver.run(lambda tx: reads.usage(tx, partition, queue), read_only=True)
 
     # -- users, groups and applications -----------------------------------------------------
     def user_usage(self, user: str, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
@@ -545,7 +545,7 @@ class QuotaEngine:
         times in epoch milliseconds, user and queue."""
         validation.partition(partition)
         name = validation.name(application, "application")
-        found = self.driver.run(lambda tx: tx.latest_summary(partition, name))
+        found = self.driver.run(lambda tx: tx.latest_summary(partition, name), read_only=True)
         if found is None:
             raise ApplicationNotFound(name)
         return found
@@ -559,7 +559,9 @@ class QuotaEngine:
     ) -> T:
         validation.partition(partition)
         return self.driver.run(
-            lambda tx: reads.report(tx, self.rules, partition, build, kind, name), isolation="REPEATABLE READ"
+            lambda tx: reads.report(tx, self.rules, partition, build, kind, name),
+            isolation="REPEATABLE READ",
+            read_only=True,
         )
 
     # -- audit -------------------------------------------------------------------------------

@@ -48,8 +48,8 @@ class CompiledRules:
         compiled = self._compiled
         if compiled is None or compiled.version != version:
             compiled = compile_stored(version, *tx.load_config(version))
-            with self._lock:
-                self._compiled = compiled
+            # A replica that lags may show an older version: use it, but keep the newer one.
+            self.remember(compiled)
         return compiled
 
     def partition(self, tx: LedgerTx, partition: str) -> PartitionRules:

@@ -1,4 +1,7 @@
-"""What the dashboard and the metrics show: read-only views over the ledger."""
+"""What the dashboard and the metrics show: read-only views over the ledger.
+
+With replicas (``read_urls``) these read from one, so they may lag the writer by the
+replication delay; looking a reservation up by a short id stays on the writer."""
 
 from __future__ import annotations
 
@@ -15,19 +18,21 @@ from quota_ledger.model.values import Reservation, Usage
 
 def pending_summary(engine: QuotaEngine) -> list[tuple[str, int, float]]:
     """(partition, pending reservations, age in seconds of the oldest)."""
-    return engine.driver.run(lambda tx: reads.pending_summary(tx.conn))
+    return engine.driver.run(lambda tx: reads.pending_summary(tx.conn), read_only=True)
 
 
 def soonest_expiring(engine: QuotaEngine, partition: str = "default", limit: int = 20) -> list[Reservation]:
     queues.validate_partition(partition)
-    found = engine.driver.run(lambda tx: reads.soonest_expiring(tx.conn, partition, limit))
+    found = engine.driver.run(lambda tx: reads.soonest_expiring(tx.conn, partition, limit), read_only=True)
     return [s.reservation for s in found]
 
 
 def queue_tree(engine: QuotaEngine, partition: str = "default") -> dict[str, dict[str, Usage]]:
     """Every queue with usage or a limit (and its ancestors): subtree usage and own limit."""
     queues.validate_partition(partition)
-    counters = engine.driver.run(lambda tx: tx.all_counters(partition), isolation="REPEATABLE READ")
+    counters = engine.driver.run(
+        lambda tx: tx.all_counters(partition), isolation="REPEATABLE READ", read_only=True
+    )
     own_in_use = {(c.scope, c.resource): c.in_use for c in counters if c.scope_type == QUEUE}
     own_reserved = {(c.scope, c.resource): c.reserved for c in counters if c.scope_type == QUEUE}
     in_use, reserved = drift.subtree_totals(own_in_use), drift.subtree_totals(own_reserved)
@@ -58,7 +63,7 @@ def usage_history(
         return now, counters, changes
 
     # One snapshot: the counters and the changes walked back from them must agree.
-    now, counters, changes = engine.driver.run(read, isolation="REPEATABLE READ")
+    now, counters, changes = engine.driver.run(read, isolation="REPEATABLE READ", read_only=True)
     in_use: dict[str, int] = {}
     reserved: dict[str, int] = {}
     limits: dict[str, int] = {}

@@ -69,7 +69,7 @@ def test_concurrent_calls_with_one_key_release_once(server_ledger: QuotaEngine) 
         start.wait()
         try:
             server_ledger.release("root.a", {"fpga": 7}, key=f"burst-{n % 2}")
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=twin, args=(n,)) for n in range(8)]

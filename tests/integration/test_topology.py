@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from tcp_proxy import TcpProxy
 
-from quota_ledger import DatabaseUnavailable, QuotaEngine
+from quota_ledger import DatabaseUnavailable, OverQuota, QuotaEngine, UserNotFound
 from quota_ledger.driver import topology
 from quota_ledger.driver.topology import MariaDbNodes
 from quota_ledger.driver.tx import LedgerTx
@@ -135,6 +135,36 @@ def test_read_only_work_goes_to_the_read_urls(server_db_url: URL, request: pytes
             assert "target_session_attrs" not in engine.driver.read_engine.url.query
         with QuotaEngine.from_url(server_db_url) as engine:
             assert engine.driver.run(name, read_only=True) == server_db_url.database
+    finally:
+        server.drop_database(replica)
+
+
+def test_reports_read_the_replica_and_admission_the_writer(
+    server_db_url: URL, request: pytest.FixtureRequest
+) -> None:
+    # The "replica" is a database of its own with other limits, so the answers tell which one
+    # each call read.
+    backend = server_db_url.get_backend_name()
+    server = request.getfixturevalue("postgres_server" if backend == "postgresql" else "mariadb_server")
+    replica = server.create_database()
+    read_url = server.url_for(replica)
+    try:
+        with QuotaEngine.from_url(read_url) as other:
+            other.migrate()
+            other.set_limits("root.a", {"fpga": 99})
+        with QuotaEngine.from_url(server_db_url, read_urls=[read_url]) as engine:
+            engine.migrate()
+            engine.set_limits("root.a", {"fpga": 5})
+            made = engine.reserve("root.a", {"fpga": 4}, user="alice", application="app-1")
+            assert engine.get(made.id).id == made.id  # lookups stay on the writer
+            with pytest.raises(OverQuota):
+                engine.reserve("root.a", {"fpga": 2})  # admission reads the writer's limit
+            assert engine.commit(made.id).committed == {"fpga": 4}
+            assert engine.usage("root.a")["fpga"].limit == 99
+            assert engine.limits() == {"root.a": {"fpga": 99}}
+            with pytest.raises(UserNotFound):
+                engine.user_usage("alice")  # the replica never saw her
+            assert engine.config_version() == 1
     finally:
         server.drop_database(replica)
 
