@@ -575,16 +575,7 @@ class QuotaEngine:
         validation.flag(fix, "fix")
         wanted = validation.optional_partition(partition)
         names = [wanted] if wanted is not None else self.driver.partitions()
-        drifts: list[Drift] = []
-        for name in names:
-            if fix:
-                drifts += self.driver.run(
-                    partial(audit.fix_partition, partition=name, rules_of=self.rules.of(name))
-                )
-            else:
-                read = partial(audit.read_drift, partition=name, rules_of=self.rules.of(name))
-                drifts += self.driver.run(read, isolation="REPEATABLE READ")
-        return drifts
+        return audit.audit(self.driver, self.rules, names, fix)
 
     # -- internals ---------------------------------------------------------------------------
     @staticmethod

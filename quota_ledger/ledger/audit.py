@@ -7,15 +7,18 @@ application rows (:mod:`quota_ledger.config.identity`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from quota_ledger.config import identity
 from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.resource_quotas import QUOTA
+from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import drift
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
@@ -23,6 +26,19 @@ from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Drift
 
 RulesOf = Callable[[LedgerTx], PartitionRules]
+
+
+def audit(driver: DbQuotaDriver, rules: CompiledRules, partitions: Sequence[str], fix: bool) -> list[Drift]:
+    """Every partition's drift, one transaction each: read in one snapshot, or repaired under
+    the partition's exclusive lock (then the drifts come back with ``fixed=True``)."""
+    drifts: list[Drift] = []
+    for name in partitions:
+        if fix:
+            drifts += driver.run(partial(fix_partition, partition=name, rules_of=rules.of(name)))
+        else:
+            read = partial(read_drift, partition=name, rules_of=rules.of(name))
+            drifts += driver.run(read, isolation="REPEATABLE READ")
+    return drifts
 
 
 def read_drift(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
