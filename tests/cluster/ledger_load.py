@@ -22,6 +22,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 from quota_ledger import DatabaseUnavailable, OverQuota, QuotaEngine, QuotaLedgerError
@@ -102,6 +103,13 @@ class LoadResult:
             return float("nan")
         return 1000 * values[min(len(values) - 1, int(share * len(values)))]
 
+    def latencies(self) -> str:
+        """p50/p99 of reserve and commit, in milliseconds."""
+        return ", ".join(
+            f"{kind} p50 {self.percentile(kind, 0.5):.1f} ms p99 {self.percentile(kind, 0.99):.1f} ms"
+            for kind in ("reserve", "commit")
+        )
+
     def first_success_after(self, moment: float) -> float | None:
         """Seconds from ``moment`` (monotonic) to the first acknowledged write that ended after it."""
         later = [t for t in self.done_at if t > moment]
@@ -109,9 +117,7 @@ class LoadResult:
 
     def summary(self) -> str:
         return (
-            f"{self.pairs} pairs in {self.seconds:.1f} s ({self.throughput:.0f}/s), "
-            f"reserve p50/p99 {self.percentile('reserve', 0.5):.1f}/{self.percentile('reserve', 0.99):.1f} ms, "
-            f"commit p50/p99 {self.percentile('commit', 0.5):.1f}/{self.percentile('commit', 0.99):.1f} ms, "
+            f"{self.pairs} pairs in {self.seconds:.1f} s ({self.throughput:.0f}/s), {self.latencies()}, "
             f"{self.refused} refused, errors {dict(self.errors)}, unexpected {len(self.unexpected)}, "
             f"retries {dict(self.retries)}"
         )
@@ -120,7 +126,9 @@ class LoadResult:
 class Load:
     """``shape.threads`` clients; client ``i`` calls ``engines[i % len(engines)]``."""
 
-    def __init__(self, engines: Sequence[QuotaEngine], shape: Shape, *, name: str = "c", seed: int = 7) -> None:
+    def __init__(
+        self, engines: Sequence[QuotaEngine], shape: Shape, *, name: str = "c", seed: int = 7
+    ) -> None:
         self.engines = list(engines)
         self.shape = shape
         self.name = name
@@ -166,23 +174,23 @@ class Load:
                 sequence += 1
                 queue = rng.choice(hot) if rng.random() < self.shape.hot_share else rng.choice(cold)
                 key = f"{self.name}{index}-{sequence}"
-                made = self._call(local, "reserve", lambda q=queue, k=key: engine.reserve(q, {"fpga": 1}, key=k))
+                made = self._call(local, "reserve", partial(engine.reserve, queue, {"fpga": 1}, key=key))
                 if made is None:
                     continue
                 ack = Ack(id=made.id, key=key, queue=queue, state="pending")
                 local.acks[made.id] = ack
                 if rng.random() < self.shape.rollback_share:
-                    if self._call(local, "rollback", lambda i=made.id: engine.rollback(i)) is not None:
+                    if self._call(local, "rollback", partial(engine.rollback, made.id)) is not None:
                         ack.state = "rolled_back"
                     continue
-                if self._call(local, "commit", lambda i=made.id: engine.commit(i)) is None:
+                if self._call(local, "commit", partial(engine.commit, made.id)) is None:
                     continue
                 ack.state = "committed"
                 local.pairs += 1
                 held.append(ack)
                 if len(held) > self.shape.hold:
                     oldest = held.pop(0)
-                    if self._call(local, "release", lambda i=oldest.id: engine.release_reservation(i)):
+                    if self._call(local, "release", partial(engine.release_reservation, oldest.id)):
                         oldest.state = "released"
         except BaseException:  # a client must never die quietly
             local.unexpected.append(f"client {index} died: {traceback.format_exc()}")
@@ -206,7 +214,7 @@ class Load:
             except QuotaLedgerError as error:
                 local.errors[type(error).__name__] += 1
                 return None
-            except Exception as error:  # noqa: BLE001 - counted as a failure, not raised
+            except Exception as error:
                 local.unexpected.append(f"{kind}: {type(error).__name__}: {error}")
                 return None
             ended = time.monotonic()

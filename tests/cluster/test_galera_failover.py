@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import ledger_checks
 import ledger_load
@@ -35,11 +36,11 @@ def _attempts(engine: QuotaEngine, call: Callable[[], object]) -> int:
     return 1 + sum(engine.driver.retries.values()) - before
 
 
-def _raised(config: dict[str, object], queue: str, limit: int) -> dict[str, object]:
+def _raised(config: dict[str, Any], queue: str, limit: int) -> dict[str, Any]:
     """``config`` with ``queue``'s fpga limit set to ``limit``."""
-    level = config["partitions"][0]["queues"]  # type: ignore[index]
+    level = config["partitions"][0]["queues"]
     for name in queue.split("."):
-        found = next(q for q in level if q["name"] == name)  # type: ignore[union-attr]
+        found = next(q for q in level if q["name"] == name)
         level = found.setdefault("queues", [])
     found["resources"]["max"]["fpga"] = str(limit)
     return config
@@ -70,7 +71,7 @@ def _writer_killed(galera: GaleraCluster, engine: QuotaEngine) -> float:
         try:
             engine.commit(engine.reserve(SHAPE.cold()[0], {"fpga": 1}).id)
             return time.monotonic() - killed
-        except Exception:  # noqa: BLE001 - the probe reports how long, the load checks the types
+        except Exception:
             assert time.monotonic() - killed < 30, "no successful write within 30 s of the kill"
 
 
