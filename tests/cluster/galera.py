@@ -286,6 +286,14 @@ class GaleraCluster:
         for node in others:
             node.start(timeout=timeout)
         self.wait_size(len(self.nodes), timeout)
+        self.wait_synced(timeout)
+
+    def wait_synced(self, timeout: float = 60) -> None:
+        """Wait until every running node is synced: a donor of a state transfer is not for a
+        while after its joiner is, and a client given the node list would skip it."""
+        for node in self.nodes:
+            if node.running():
+                node.wait_synced(timeout)
 
     def stop(self) -> None:
         """Stop every node, the last one first, so node 1 leaves last and may bootstrap again."""

@@ -131,6 +131,12 @@ def lost_acks(node: Node, database: str, acks: Mapping[str, Ack]) -> list[str]:
     return lost
 
 
+def writers(nodes: Sequence[Node], database: str) -> list[str]:
+    """The nodes with client sessions on ``database`` (the sampler's sessions name none)."""
+    sql = f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{database}'"
+    return [node.name for node in nodes if node.running() and int(str(node.query(sql)[0][0])) > 0]
+
+
 def checksums(node: Node, database: str) -> dict[str, int]:
     """``CHECKSUM TABLE ... EXTENDED`` of every ledger table on ``node``."""
     tables = ", ".join(f"`{database}`.`{t}`" for t in TABLES)

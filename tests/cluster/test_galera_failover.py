@@ -65,6 +65,7 @@ def _admin_writes_succeed_under_load(urls: list[str]) -> None:
 
 def _writer_killed(galera: GaleraCluster, engine: QuotaEngine) -> float:
     """``kill -9`` node 1 under load; seconds until a reserve + commit succeeds again."""
+    assert ledger_checks.writers(galera.nodes, DATABASE) == ["node1"]  # the clients write there
     galera.nodes[0].kill()
     killed = time.monotonic()
     while True:
@@ -97,6 +98,7 @@ def test_the_writer_is_killed_under_load_and_nothing_acknowledged_is_lost(galera
         engine.migrate()
         ledger_load.prepare(engine, SHAPE)
     ledger_checks.wait_identical(galera.nodes, DATABASE)
+    galera.wait_synced()
 
     engine = ledger_load.connect(urls)
     sampler = ledger_checks.Sampler(galera.nodes, DATABASE).start()
@@ -124,6 +126,7 @@ def test_the_writer_is_killed_under_load_and_nothing_acknowledged_is_lost(galera
             assert one.audit() == []
 
     # Multi-writer: each client writes on its own node; correct, at the price of conflicts.
+    galera.wait_synced()
     engines = [ledger_load.connect(urls[i:] + urls[:i]) for i in range(3)]
     sampler = ledger_checks.Sampler(galera.nodes, DATABASE).start()
     load = Load(engines, SHAPE, name="multi").start()
