@@ -104,9 +104,10 @@ class LoadResult:
         return 1000 * values[min(len(values) - 1, int(share * len(values)))]
 
     def latencies(self) -> str:
-        """p50/p99 of reserve and commit, in milliseconds."""
+        """p50, p99 and max of reserve and commit (with the driver's retries), in milliseconds."""
         return ", ".join(
-            f"{kind} p50 {self.percentile(kind, 0.5):.1f} ms p99 {self.percentile(kind, 0.99):.1f} ms"
+            f"{kind} p50 {self.percentile(kind, 0.5):.1f} ms p99 {self.percentile(kind, 0.99):.1f} ms "
+            f"max {self.percentile(kind, 1.0):.0f} ms"
             for kind in ("reserve", "commit")
         )
 
