@@ -132,8 +132,12 @@ def lost_acks(node: Node, database: str, acks: Mapping[str, Ack]) -> list[str]:
 
 
 def writers(nodes: Sequence[Node], database: str) -> list[str]:
-    """The nodes with client sessions on ``database`` (the sampler's sessions name none)."""
-    sql = f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{database}'"
+    """The nodes with client sessions on ``database``: the sampler's sessions name none, and
+    Galera's appliers (``system user``) show the database of the write set they apply."""
+    sql = (
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+        f"WHERE DB = '{database}' AND USER <> 'system user'"
+    )
     return [node.name for node in nodes if node.running() and int(str(node.query(sql)[0][0])) > 0]
 
 
