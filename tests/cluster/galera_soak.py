@@ -171,9 +171,10 @@ def _failover(
     sums = ledger_checks.wait_identical(cluster.nodes, database)
     phase.identical = phase.identical and all(s == sums[0] for s in sums)
     phase.lost += ledger_checks.lost_acks(writer, database, result.acks)
+    transfer = "IST" if "IST received" in writer.log_tail(100_000) else "no IST: a full state transfer"
     phase.drifts = _drifts([n.url(database) for n in cluster.nodes])
     phase.notes.append(
-        f"node 1 rejoined (IST) in {time.monotonic() - started:.1f} s; tables compared on 3 nodes"
+        f"node 1 rejoined ({transfer}) in {time.monotonic() - started:.1f} s; tables compared on 3 nodes"
     )
     return phase
 
