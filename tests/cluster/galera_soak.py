@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 import ledger_checks
 import ledger_load
-from galera import GaleraCluster, StandaloneNode
+from galera import GaleraCluster
 from ledger_load import Load, LoadResult, Shape
+from standalone import StandaloneNode
 
 from quota_ledger import QuotaEngine
 
