@@ -79,8 +79,8 @@ def _writer_killed(galera: GaleraCluster, engine: QuotaEngine) -> float:
             assert time.monotonic() - killed < 30, "no successful write within 30 s of the kill"
 
 
-def _check(result: LoadResult, sampler: ledger_checks.Sampler, nodes: list[GaleraNode]) -> None:
-    print(result.summary())
+def _check(name: str, result: LoadResult, sampler: ledger_checks.Sampler, nodes: list[GaleraNode]) -> None:
+    print(f"{name}: {result.summary()}")
     print(sampler.summary())
     assert result.unexpected == []
     assert sampler.violations == 0, sampler.examples[:10]
@@ -118,7 +118,7 @@ def test_the_writer_is_killed_under_load_and_nothing_acknowledged_is_lost(galera
         sampler.stop()
     assert set(result.errors) <= TYPED_DURING_FAILOVER, result.errors
     assert result.refused > 0  # the hot queues' limits were reached
-    _check(result, sampler, [node2, node3])
+    _check("one writer, killed", result, sampler, [node2, node3])
 
     node1.start()
     galera.wait_size(3, on=node1)
@@ -142,8 +142,7 @@ def test_the_writer_is_killed_under_load_and_nothing_acknowledged_is_lost(galera
         sampler.stop()
         for each in [*engines, engine]:
             each.close()
-    print(f"multi-writer: {result.summary()}")
-    _check(result, sampler, galera.nodes)
+    _check("clients over 3 nodes", result, sampler, galera.nodes)
     for url in urls:
         with QuotaEngine.from_url(url) as one:
             assert one.audit() == []
