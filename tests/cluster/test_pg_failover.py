@@ -91,3 +91,21 @@ def _assert_nothing_lost(figures: pg_failover.Figures) -> None:
     assert figures.violations == 0, report
     assert figures.lost == {}, report
     assert figures.drift == [], report
+
+
+@pytest.fixture(scope="module")
+def second_sync_pair() -> Iterator[PgReplication]:
+    """Another synchronous pair (a failover uses one up)."""
+    yield from _sync_pair()
+
+
+def test_writes_that_reach_the_standby_before_it_is_promoted_are_retried(
+    second_sync_pair: PgReplication,
+) -> None:
+    """A writer URL without ``target_session_attrs=read-write`` connects to the standby while the
+    primary is dead: until it is promoted, its writes fail with SQLSTATE 25006 (a read-only
+    transaction), which the driver retries like a lost connection instead of failing them."""
+    figures = pg_failover.failover(
+        second_sync_pair, threads=4, before=BEFORE, after=AFTER, promote_delay=1.0, attrs="any"
+    )
+    _assert_nothing_lost(figures)
