@@ -196,6 +196,10 @@ FATAL = "fatal"
 
 _PG_CONFLICT = {"40P01", "40001", "55P03"}
 _PG_DISCONNECT_PREFIXES = ("08", "57P")
+# read_only_sql_transaction: a write reached a standby (a host that is not, or no longer, the
+# primary). Like a lost connection: drop it and connect again, which finds the primary once
+# there is one (a libpq multi-host URL tries its hosts in order).
+_PG_READ_ONLY = "25006"
 # Galera reports a certification failure and a brute-force abort (a replicated write set
 # that won against a local transaction) as 1213, a deadlock; a statement interrupted by the
 # abort may see 1317 instead.
@@ -224,9 +228,11 @@ def classify(error: exc.DBAPIError) -> str:
 
     A disconnect means the connection must not be used again: besides a lost connection, a
     Galera node that is not ready (1047, while it rejoins or outside the primary component); the
-    next attempt may reach another node. A write on a PostgreSQL standby (25006) is fatal: a
-    writer URL that names a standby is a mistake to report, and a list of URLs never gets there
-    (``target_session_attrs=read-write``).
+    next attempt may reach another node. So is a write on a PostgreSQL standby (25006): a
+    writer that reached the standby while the primary was down (a multi-host URL without
+    ``target_session_attrs=read-write``, a name or address that moves to the new primary) finds
+    it promoted, or the primary, on a later attempt; a writer URL that only ever names a standby
+    spends the retry budget and gets :class:`DatabaseUnavailable`.
     """
     orig = error.orig
     if error.connection_invalidated:
@@ -251,7 +257,7 @@ def classify(error: exc.DBAPIError) -> str:
     if sqlstate is not None:  # psycopg
         if sqlstate in _PG_CONFLICT:
             return RETRY_CONFLICT
-        if sqlstate.startswith(_PG_DISCONNECT_PREFIXES):
+        if sqlstate.startswith(_PG_DISCONNECT_PREFIXES) or sqlstate == _PG_READ_ONLY:
             return RETRY_DISCONNECT
         if sqlstate == "23505":
             return RETRY_DUPLICATE

@@ -47,10 +47,10 @@ def test_mariadb_errors_are_classified(errno: int, sqlstate: str, message: str, 
     assert dialect.classify(_pymysql_error(errno, sqlstate, message)) == kind
 
 
-def test_a_write_on_a_postgresql_standby_is_reported_at_once() -> None:
+def test_a_write_on_a_postgresql_standby_is_retried_like_a_lost_connection() -> None:
     orig = psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
     error = exc.DBAPIError.instance("UPDATE t SET a = 1", {}, orig, psycopg.Error)
-    assert dialect.classify(error) == dialect.FATAL
+    assert dialect.classify(error) == dialect.RETRY_DISCONNECT
 
 
 def test_a_list_of_postgresql_urls_becomes_one_multi_host_url_for_a_primary() -> None:
