@@ -180,10 +180,11 @@ def insert_ignoring_duplicates(backend: str, table: Table) -> Insert:
     if backend == "sqlite":
         return sqlite.insert(table).on_conflict_do_nothing()
     if backend in ("mysql", "mariadb"):
-        # Not INSERT IGNORE: that would also turn CHECK violations into warnings.
+        # Not INSERT IGNORE: that would also turn CHECK violations into warnings. The key is
+        # set to itself: ``VALUES(id)`` would be a new auto-increment value, moving the row to
+        # a new id, and a locking read waiting on the row meanwhile can then miss it.
         first = next(iter(table.primary_key.columns))
-        stmt = mysql.insert(table)
-        return stmt.on_duplicate_key_update({first.name: stmt.inserted[first.name]})
+        return mysql.insert(table).on_duplicate_key_update({first.name: first})
     return insert(table)
 
 
