@@ -47,9 +47,9 @@ def bench(cfg: Config) -> int:
         "platform": platform.platform(),
         "commit": git_commit(),
     }
-    if cfg.cold_only:
-        cells, sweep_result = [], None
-    else:
+    cells: list[throughput.Cell] = []
+    sweep_result: dict[str, Any] | None = None
+    if not cfg.cold_only:
         cells, sweep_result = throughput.run(cfg, meta)
         if not cfg.skip_hierarchy:
             meta["hierarchy"] = hierarchy.run(cfg)

@@ -165,7 +165,8 @@ _RELEASED = {
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve.sql": "36cb63393885e0c5",
+    "reserve.sql": "95b0f62d5927aa9e",
+    "reserve_v1.sql": "36cb63393885e0c5",
 }
 
 

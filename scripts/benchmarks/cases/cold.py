@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pymysql
+from sqlalchemy import create_engine, exc, text
 from sqlalchemy.engine import URL, make_url
 
 from benchmarks.database import conninfo, fresh_database, vacuum
@@ -120,12 +120,13 @@ def prewarm(engine: QuotaEngine) -> None:
     for i in range(WARM):
         queue, user, groups = warm_queue(i), f"u{i:03d}", [f"g{i % 20:02d}"]
         application = f"app-{i:03d}"
-        for args in (
-            {},
-            {"user": user, "groups": groups},
-            {"user": user, "groups": groups, "application": application},
-        ):
-            engine.commit(engine.reserve(queue, REQUEST, ttl=TTL_SECONDS, **args).id)
+        engine.commit(engine.reserve(queue, REQUEST, ttl=TTL_SECONDS).id)
+        engine.commit(engine.reserve(queue, REQUEST, ttl=TTL_SECONDS, user=user, groups=groups).id)
+        engine.commit(
+            engine.reserve(
+                queue, REQUEST, ttl=TTL_SECONDS, user=user, groups=groups, application=application
+            ).id
+        )
 
 
 def measure(
@@ -158,23 +159,24 @@ class _Counter:
 @contextmanager
 def mariadb_database(server: str) -> Iterator[URL]:
     """Create ``ql_bench_<random>`` on the MariaDB server, yield its URL, drop it at the end."""
-    url = make_url(server)
+    url = make_url(server).set(drivername="mysql+pymysql")
     name = f"ql_bench_{uuid.uuid4().hex[:10]}"
-    params: dict[str, Any] = {"host": url.host or "127.0.0.1", "port": url.port or 3306, "user": url.username}
-    if url.password:
-        params["password"] = url.password
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
-        conn = pymysql.connect(**params, autocommit=True)
-    except pymysql.MySQLError as error:
-        raise BenchError(f"cannot reach MariaDB at {url.host}:{url.port or 3306}: {error}") from error
-    with conn:
-        conn.cursor().execute(f"CREATE DATABASE `{name}`")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE `{name}`"))
+    except exc.DBAPIError as error:
+        admin.dispose()
+        raise BenchError(
+            f"cannot create a database on MariaDB at {url.host}:{url.port or 3306}: {error}"
+        ) from error
     log(f"created MariaDB database {name}")
     try:
-        yield url.set(drivername="mysql+pymysql", database=name)
+        yield url.set(database=name)
     finally:
-        with pymysql.connect(**params, autocommit=True) as conn:
-            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
         log(f"dropped MariaDB database {name}")
 
 
@@ -207,12 +209,11 @@ def run_backend(cfg: Config, backend: str) -> dict[str, Any]:
             fresh = _Counter()
             for kind in KINDS:
                 rows: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
-                warm_rows, cold_rows = rows["warm"], rows["cold"]
                 rounds = side_by_side(
                     cfg.repeat,
                     between,
-                    lambda r, k=kind, w=warm_rows: _keep(w, measure(cfg, engine, k, False, 101 * r, fresh)),
-                    lambda r, k=kind, c=cold_rows: _keep(c, measure(cfg, engine, k, True, 103 * r, fresh)),
+                    _window(cfg, engine, kind, False, fresh, rows["warm"]),
+                    _window(cfg, engine, kind, True, fresh, rows["cold"]),
                 )
                 for warm, cold in rounds:
                     log(f"{backend:10} {kind:11} warm {warm:8.1f} cold {cold:8.1f} pairs/s")
@@ -224,9 +225,22 @@ def run_backend(cfg: Config, backend: str) -> dict[str, Any]:
     return out
 
 
-def _keep(rows: list[dict[str, float]], sample: dict[str, float]) -> float:
-    rows.append(sample)
-    return sample["pairs_per_s"]
+def _window(
+    cfg: Config,
+    engine: QuotaEngine,
+    kind: str,
+    cold: bool,
+    fresh: Iterator[int],
+    into: list[dict[str, float]],
+) -> Callable[[int], float]:
+    """One side of a round: measure a window, keep its sample, return its pairs/s."""
+
+    def window(round_: int) -> float:
+        sample = measure(cfg, engine, kind, cold, (103 if cold else 101) * round_, fresh)
+        into.append(sample)
+        return sample["pairs_per_s"]
+
+    return window
 
 
 def summarize(rows: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
