@@ -221,7 +221,9 @@ def _lock_own(
             unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
             if broken := limit_rules.violations(partition, requested, unlocked):
                 raise OverQuota(broken)
-        bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
+        # Only a resource the partition names nowhere yet can bring it over its bound of names.
+        if tx.unnamed_resources(partition, request.resources):
+            bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
         # The partition's row first (PostgreSQL; elsewhere the partition lock made it): no
         # counter of a partition without its row exists for us to hold while we wait on it.
         tx.ensure_partition(partition, now)
