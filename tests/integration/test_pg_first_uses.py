@@ -20,6 +20,8 @@ from test_pg_functions import Calls, identity_snapshot, rows, snapshot
 
 from quota_ledger import OverQuota, QuotaEngine, QuotaLedgerError
 
+#: threads making the same first use at once (each holds a connection of a shared server)
+THREADS = 8
 CONFIG = """
 partitions:
 - name: {partition}
@@ -55,7 +57,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
 
 
 def configured(url: URL, partition: str = "default", *, functions: bool = True) -> QuotaEngine:
-    engine = QuotaEngine.from_url(url, pool_size=18)
+    engine = QuotaEngine.from_url(url, pool_size=THREADS + 2)
     engine.apply_config(CONFIG.format(partition=partition), allow_removing_all=True)
     engine.driver.functions = functions
     return engine
@@ -212,9 +214,9 @@ def test_concurrent_first_uses_of_one_thing_stay_within_limits(
 ) -> None:
     engine, calls = racing
     requests: dict[str, Callable[[int], dict[str, Any]]] = {
-        # 16 x 3 fpga on one new queue under root.org's 40
-        "queue": lambda n: {"queue": "root.org.fresh", "resources": {"fpga": 3}},
-        # one new application of one new user: 16 x 1 fpga under ann's 5 at root.org.team
+        # 8 x 6 fpga on one new queue under root.org's 40
+        "queue": lambda n: {"queue": "root.org.fresh", "resources": {"fpga": 6}},
+        # one new application of one new user: 8 x 1 fpga under ann's 5 at root.org.team
         "application": lambda n: {
             "queue": "root.org.team",
             "resources": {"fpga": 1},
@@ -244,13 +246,13 @@ def test_concurrent_first_uses_of_one_thing_stay_within_limits(
         args = requests[kind](n)
         engine.commit(engine.reserve(args.pop("queue"), args.pop("resources"), **args).id)
 
-    errors = _race(16, work)
+    errors = _race(THREADS, work)
     assert errors == []
     assert engine.audit() == []
     assert _duplicates(postgres_url) == []
     committed = rows(postgres_url, "SELECT count(*) FROM reservations WHERE state = 'committed'")[0][0]
-    expected = {"queue": 13, "application": 5, "user": 2, "group": 3}[kind]
+    expected = {"queue": 6, "application": 5, "user": 2, "group": 3}[kind]
     assert committed == expected
-    assert calls.made.count("quota_ledger_reserve") >= 16
-    # only refusals (and rows a concurrent first use made meanwhile) reach the general path
-    assert calls.declined.count("quota_ledger_reserve") <= 16 - expected
+    assert calls.made.count("quota_ledger_reserve") >= THREADS  # more if a call was retried
+    # only refusals reach the general path
+    assert calls.declined.count("quota_ledger_reserve") == THREADS - expected
