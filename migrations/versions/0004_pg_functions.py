@@ -27,8 +27,9 @@ branch_labels = None
 depends_on = None
 
 # the definitions this revision installs (quota_ledger/driver/sql), in dependency order; the
-# expiry function is the one of this revision, which 0005 replaced
-_DEFINITIONS = ("lineage", "enter", "check_updated", "reserve", "commit", "expire_v1")
+# expiry function is the one of this revision, which 0005 replaced, and the reserve function
+# the one 0010 replaced
+_DEFINITIONS = ("lineage", "enter", "check_updated", "reserve_v1", "commit", "expire_v1")
 
 _COUNTER_TABLES = ("quota_usages", "quota_identity_usages")
 _FUNCTIONS = (

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, or_, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
@@ -150,6 +151,20 @@ _ALL_COUNTERS = (
 # resource_names: the distinct resources a partition's counters name; no lock (a bound, read
 # when a reservation is about to create counters).
 _RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
+
+
+@lru_cache(maxsize=64)
+def _names_resources(count: int) -> Any:
+    """named_resources of ``count`` resources: one EXISTS each (the scan of the partition's
+    counters stops at the first that names it); no lock."""
+    return select(
+        *(
+            exists()
+            .where(_U.partition == bindparam("p"), _U.resource == bindparam(f"r{i}"))
+            .label(f"named{i}")
+            for i in range(count)
+        )
+    )
 
 
 class CounterStatements:
@@ -316,6 +331,15 @@ class CounterStatements:
     def resource_names(self, partition: str) -> set[str]:
         """The distinct resource names the partition's counters name."""
         return {row.resource for row in self.conn.execute(_RESOURCE_NAMES, {"p": partition})}
+
+    def unnamed_resources(self, partition: str, resources: Iterable[str]) -> set[str]:
+        """Those of ``resources`` that no counter of the partition names yet."""
+        wanted = sorted(set(resources))
+        if not wanted:
+            return set()
+        params = {"p": partition, **{f"r{i}": name for i, name in enumerate(wanted)}}
+        row = self.conn.execute(_names_resources(len(wanted)), params).one()
+        return {name for name, named in zip(wanted, row, strict=True) if not named}
 
 
 def _counter(row: Any) -> Counter:

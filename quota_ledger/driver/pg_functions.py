@@ -1,7 +1,7 @@
 """Calls of the PostgreSQL functions that migration 0004 installs.
 
-A reservation in the steady state (counters that exist; a running application when it has
-one) is reserved and committed by one statement each, and a plain one (no user or
+A reservation (creating, like the general path, the counters and the application row a first
+use needs) is reserved and committed by one statement each, and a plain one (no user or
 application) expired a batch at a time, run in autocommit as its own
 transaction: ``quota_ledger_reserve``, ``quota_ledger_commit`` and ``quota_ledger_expire``.
 They do exactly what the general path does for that case, in the same lock order. Anything
@@ -29,7 +29,7 @@ RESERVE = (
     " %(version)s, %(ns)s, %(k)s, %(quota_names)s::text[], %(quota_resources)s::text[],"
     " %(quota_amounts)s::bigint[], %(user)s, %(groups)s, %(application)s, %(app_key)s, %(group)s,"
     " %(id_kinds)s::text[], %(id_names)s::text[], %(id_queues)s::text[], %(id_resources)s::text[],"
-    " %(id_amounts)s::bigint[])"
+    " %(id_amounts)s::bigint[], %(id_limits)s::bigint[])"
 )
 COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"

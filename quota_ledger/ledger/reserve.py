@@ -1,12 +1,14 @@
 """Reserve: one transaction that checks every limit on the way to root and holds the request.
 
-Two paths, one outcome. On PostgreSQL a reservation on counters that exist, for an
-application that is already running (or none), is one call of the server function
-``ledger_reserve`` (migration 0004): which ResourceQuotas it is charged to, its group and the
-user/group counters that enforce it are decided here from the configuration the engine last
-compiled, and the function checks under the partition lock that this configuration is still
-in force and that the application row is as expected. Anything else (and every reservation on
-the other engines) takes the general path, a transaction of steps on :class:`LedgerTx`.
+Two paths, one outcome. On PostgreSQL a reservation is one call of the server function
+``quota_ledger_reserve`` (migrations 0004 and 0010): which ResourceQuotas it is charged to, its
+group and the user/group counters that enforce it (with the limits a missing one is created
+with) are decided here from the configuration the engine last compiled, and the function
+checks under the partition lock that this configuration is still in force and that the
+application row is as expected (running, or new: then it starts it). It creates what a first
+use needs as the general path does. Anything it declines (a refusal, a finished application,
+a resource new to the partition...) and every reservation on the other engines takes the
+general path, a transaction of steps on :class:`LedgerTx`.
 
 The general path creates the counters it needs in its own transaction, in the lock order of
 :mod:`quota_ledger.driver.tx`: the queue counters after locking those that exist, the
@@ -219,7 +221,9 @@ def _lock_own(
             unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
             if broken := limit_rules.violations(partition, requested, unlocked):
                 raise OverQuota(broken)
-        bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
+        # Only a resource the partition names nowhere yet can bring it over its bound of names.
+        if tx.unnamed_resources(partition, request.resources):
+            bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
         # The partition's row first (PostgreSQL; elsewhere the partition lock made it): no
         # counter of a partition without its row exists for us to hold while we wait on it.
         tx.ensure_partition(partition, now)
@@ -264,26 +268,30 @@ class Identity:
     #: the application row (None: untracked), and the group it must be tracked against
     app_key: str | None = None
     group: str | None = None
-    #: (kind, name, queue, resource, amount) for every user/group counter that enforces it
-    counters: tuple[tuple[str, str, str, str, int], ...] = field(default=())
+    #: (kind, name, queue, resource, amount, limit) for every user/group counter that enforces
+    #: it; its ``applications`` counters count only when the request starts the application
+    counters: tuple[tuple[str, str, str, str, int, int], ...] = field(default=())
 
 
 def identity_of(rules: Rules, request: Request) -> Identity:
     """The application row and user/group counters a request is charged to, as the general
-    path would find them for an application that is already running."""
+    path would find them: a new named application also counts against its user's and group's
+    maxapplications (the function charges those only when it starts the application), and
+    a missing counter is created with the limit given here."""
     user, application, groups = request.user, request.application, request.groups
     if user is None and application is None:
         return Identity(groups=groups)
     found = rules.partition(request.partition)
     group = applications.group_for(found, request.queue, user, groups)
-    needed = applications.identity_keys(found, request.queue, user, group, request.resources)
+    requested = {**request.resources, APPLICATIONS: 1} if application is not None else request.resources
+    limits = applications.identity_limits(found, request.queue, user, group, requested)
     return Identity(
         user=user,
         groups=groups,
         application=application,
         app_key=tracking.app_key(application, user, request.queue),
         group=group,
-        counters=tuple((*key, request.resources[key[3]]) for key in sorted(needed)),
+        counters=tuple((*key, requested[key[3]], limits[key]) for key in sorted(limits)),
     )
 
 
@@ -338,6 +346,7 @@ def call(
             "id_queues": [c[2] for c in counters],
             "id_resources": [c[3] for c in counters],
             "id_amounts": [c[4] for c in counters],
+            "id_limits": [c[5] for c in counters],
         },
     )
     if rows is None:

@@ -40,7 +40,8 @@ def pgbench_script(pattern: str, scopes: int, version: int) -> str:
         f"convert_from('\\x{KUBE_JSON.encode().hex()}'::bytea, 'UTF8'), {version}, "
         f"{ADVISORY_NAMESPACE}, {PG_LOCK_KEY}, "
         "ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[], NULL, NULL, NULL, NULL, NULL, "
-        "ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[]) AS created "
+        "ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[],"
+        " ARRAY[]::bigint[]) AS created "
         "FROM (SELECT gen_random_uuid()::text AS rid) AS g \\gset\n"
         "SELECT * FROM quota_ledger_commit(:rid, gen_random_uuid()::text);\n"
     )

@@ -117,6 +117,7 @@ class PsycopgWorker:
                 "id_queues": [],
                 "id_resources": [],
                 "id_amounts": [],
+                "id_limits": [],
             },
         )
         return rid

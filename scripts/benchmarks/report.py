@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -36,6 +36,8 @@ def markdown(
     cfg: Config, cells: list[Cell], sweep_result: dict[str, Any] | None, meta: dict[str, Any]
 ) -> str:
     """The whole report: throughput, the sweep (or the final audit), then each side-by-side case."""
+    if cfg.cold_only:
+        return "\n".join(cold_section(cfg, meta["cold"]))
     lines = throughput_section(cfg, cells, meta)
     audit = meta.get("final_audit")
     if audit is None:
@@ -53,6 +55,8 @@ def markdown(
         lines += kube_section(meta["kube"])
     if meta.get("http") is not None:
         lines += http_section(meta["http"])
+    if meta.get("cold") is not None:
+        lines += cold_section(cfg, meta["cold"])
     return "\n".join(lines)
 
 
@@ -129,6 +133,36 @@ def hierarchy_section(cfg: Config, hier: dict[str, Any]) -> list[str]:
     ]
 
 
+def cold_section(cfg: Config, result: dict[str, Any]) -> list[str]:
+    """Each backend and kind: warm and cold pairs/s, cold/warm, and the p99 of both."""
+    load = ", ".join(
+        f"{a:.2f}/{b:.2f}" for a, b in zip(result["load_before"], result["load_after"], strict=True)
+    )
+    lines = [
+        "",
+        f"### first uses: cold (every reservation a first use) vs warm, {cfg.side_threads} threads, "
+        f"{cfg.seconds:g} s per window{', median of ' + str(cfg.repeat) if cfg.repeat > 1 else ''}",
+        "",
+        f"| backend | first use of | warm pairs/s | cold pairs/s | cold/warm (≥ {cold.TARGET_COLD}) "
+        f"| warm p99 ms | cold p99 ms (< {cold.TARGET_P99_MS:g}) |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for backend, found in result["backends"].items():
+        for kind, k in found["kinds"].items():
+            p99 = k["cold_p99_ms"]
+            lines.append(
+                f"| {backend} | {kind} | {fmt_rate(k['warm'])} | {fmt_rate(k['cold'])} "
+                f"| {fmt_ratio(k['ratio'], cold.TARGET_COLD)} | {k['warm_p99_ms']:.1f} "
+                f"| {p99:.1f} {'✓' if p99 < cold.TARGET_P99_MS else '✗'} |"
+            )
+    audits = [
+        f"{b} {'clean' if not r['audit'] else str(len(r['audit'])) + ' DRIFTS'}"
+        for b, r in result["backends"].items()
+    ]
+    lines += ["", f"audit(): {', '.join(audits)}. Load average (1/5/15 min) before/after: {load}."]
+    return lines
+
+
 def kube_section(result: dict[str, Any]) -> list[str]:
     none, five = median(result["none"]), median(result["five"])
     cost = result["cost_ratio"]
@@ -178,7 +212,7 @@ def write_json(
         "config": {
             k: (str(v) if isinstance(v, (Path, URL)) else v)
             for k, v in asdict(cfg).items()
-            if k != "server_url"
+            if k not in ("server_url", "mariadb_url")
         },
         "meta": meta,
         "cells": [
@@ -198,6 +232,8 @@ def write_json(
             "library_vs_pgbench": throughput.TARGET_VS_PGBENCH,
             "sweep_ratio": sweep.TARGET_SWEEP_RATIO,
             "sweep_seconds": sweep.TARGET_SWEEP_SECONDS,
+            "cold_vs_warm": cold.TARGET_COLD,
+            "cold_p99_ms": cold.TARGET_P99_MS,
         },
         "sweep": sweep_result,
         "markdown": text,

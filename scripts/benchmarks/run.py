@@ -16,7 +16,7 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -47,13 +47,18 @@ def bench(cfg: Config) -> int:
         "platform": platform.platform(),
         "commit": git_commit(),
     }
-    cells, sweep_result = throughput.run(cfg, meta)
-    if not cfg.skip_hierarchy:
-        meta["hierarchy"] = hierarchy.run(cfg)
-    if not cfg.skip_kube:
-        meta["kube"] = kube.run(cfg)
-    if cfg.http:
-        meta["http"] = http.run(cfg)
+    cells: list[throughput.Cell] = []
+    sweep_result: dict[str, Any] | None = None
+    if not cfg.cold_only:
+        cells, sweep_result = throughput.run(cfg, meta)
+        if not cfg.skip_hierarchy:
+            meta["hierarchy"] = hierarchy.run(cfg)
+        if not cfg.skip_kube:
+            meta["kube"] = kube.run(cfg)
+        if cfg.http:
+            meta["http"] = http.run(cfg)
+    if cfg.cold:
+        meta["cold"] = cold.run(cfg)
     meta["total_s"] = time.perf_counter() - started
     text = report.markdown(cfg, cells, sweep_result, meta)
     print(text)
@@ -61,10 +66,11 @@ def bench(cfg: Config) -> int:
         report.write_json(cfg.json_path, cfg, cells, sweep_result, meta, text)
     log(f"done in {meta['total_s']:.0f} s")
     clean = (
-        not meta["final_audit"]
+        not meta.get("final_audit")
         and not meta.get("hierarchy", {}).get("audit")
         and not meta.get("kube", {}).get("audit")
         and not meta.get("http", {}).get("audit")
+        and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
     )
     # A comparison with a replica that sends something else is meaningless: fail loudly.
     same_shape = meta.get("shape", {}).get("identical", True)

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SCRIPT = REPO / "scripts" / "bench"
 
 IMPLEMENTATIONS = ("library", "psycopg", "pgbench")
+#: backends of the first-use case, and its MariaDB server when no flag or variable names one
+COLD_BACKENDS = ("postgresql", "mariadb", "sqlite")
+DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/test"
 #: seconds of each baseline window around a sweep (at least; --seconds if longer): the ratio
 #: compares windows, and a 5 s window of 16 threads moves by 10-15% from one to the next here
 SWEEP_BASELINE_SECONDS = 10.0
@@ -46,6 +49,10 @@ class Config:
     skip_kube: bool
     http: bool
     http_workers: int
+    cold: bool
+    cold_only: bool
+    cold_backends: list[str]
+    mariadb_url: str
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -105,6 +112,23 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     parser.add_argument(
         "--http", action="store_true", help="also drive reserve+commit through the HTTP service (16 clients)"
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="also measure first uses (new queue, application, user, group) against warm ones",
+    )
+    parser.add_argument("--cold-only", action="store_true", help="run only the first-use case")
+    parser.add_argument(
+        "--cold-backends",
+        default=",".join(COLD_BACKENDS),
+        help="backends of the first-use case (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mariadb",
+        default=os.environ.get("QUOTA_LEDGER_BENCH_MARIADB_URL", DEFAULT_MARIADB_URL),
+        help="MariaDB server of the first-use case; a database ql_bench_<random> is created on it "
+        "(default: $QUOTA_LEDGER_BENCH_MARIADB_URL or %(default)s)",
+    )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
@@ -138,8 +162,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         parser.error("--sweep-workers must be in [1, 16] and --sweep-batch in [1, 100000]")
     if args.sweep_max_rate is not None and not 0 < args.sweep_max_rate <= 10_000_000:
         parser.error("--sweep-max-rate must be in (0, 10000000]")
+    cold_backends = [name.strip() for name in args.cold_backends.split(",") if name.strip()]
+    if not cold_backends or set(cold_backends) - set(COLD_BACKENDS):
+        parser.error(f"--cold-backends takes a subset of {','.join(COLD_BACKENDS)}")
     pgbench = shutil.which("pgbench") or ("/usr/bin/pgbench" if Path("/usr/bin/pgbench").exists() else None)
-    if "pgbench" in only and pgbench is None:
+    if "pgbench" in only and pgbench is None and not args.cold_only:
         parser.error("pgbench is not installed: install it or pass --only library,psycopg")
     return args, Config(
         server_url=local_url(args.db),
@@ -161,6 +188,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         skip_kube=bool(args.skip_kube),
         http=bool(args.http),
         http_workers=args.http_workers,
+        cold=bool(args.cold or args.cold_only),
+        cold_only=bool(args.cold_only),
+        cold_backends=cold_backends,
+        mariadb_url=args.mariadb,
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,

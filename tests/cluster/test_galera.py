@@ -67,7 +67,7 @@ def _schema_is_on_every_node(galera: GaleraCluster) -> None:
     """The other nodes apply the migration's DDL and its version row shortly after node 1."""
     for node in galera.nodes:
         assert eventually(lambda node=node: _table_names(node) >= set(TABLES), True), node.name
-        assert eventually(lambda node=node: _version(node), [("0008",)]) == [("0008",)], node.name
+        assert eventually(lambda node=node: _version(node), [("0010",)]) == [("0010",)], node.name
 
 
 def _writes_on_the_writer_are_read_on_every_node(urls: list[str], writer: QuotaEngine) -> None:

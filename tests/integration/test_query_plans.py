@@ -31,7 +31,8 @@ def pg(postgres_url: URL) -> Iterator[tuple[QuotaEngine, Connection]]:
     ledger = QuotaEngine.from_url(url)
     for i in range(50):
         ledger.set_limits(f"root.q{i}", {"fpga": 100})
-        ledger.reserve(f"root.q{i}.x", {"fpga": 1, "memory": "1Gi"}, ttl=600)
+        for _ in range(2):  # several per queue, as in production
+            ledger.reserve(f"root.q{i}.x", {"fpga": 1, "memory": "1Gi"}, ttl=600)
     engine = create_engine(normalize_url(url))
     with engine.connect() as conn:
         conn.execute(text("ANALYZE"))

@@ -155,6 +155,34 @@ def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> N
         engine.dispose()
 
 
+@pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
+def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> None:
+    assert body(sql.definition("reserve_v1")) != body(sql.definition("reserve"))
+    engine = create_engine(normalize_url(empty_db))
+    try:
+        migrate.upgrade(engine, "0008")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
+        migrate.upgrade(engine, "head")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve"))
+        with QuotaEngine.from_url(empty_db) as ledger:
+            ledger.set_limits("root", {"fpga": 10})
+            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")  # in the function
+            assert ledger.driver.functions
+        migrate.downgrade(engine, "0008")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
+        # this engine's call has the head's arguments: at 0008 it reserves on the general path
+        with QuotaEngine.from_url(empty_db) as ledger:
+            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")
+            assert not ledger.driver.functions
+            assert ledger.usage("root.new")["fpga"].reserved == 2
+            assert ledger.audit() == []
+    finally:
+        engine.dispose()
+
+
 # What each file held when the revision that installs it was released. A released revision must
 # build the same function forever, so an edit to one of these files would silently change what
 # existing databases would have got: add a revision instead (see quota_ledger/driver/sql).
@@ -165,7 +193,8 @@ _RELEASED = {
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve.sql": "36cb63393885e0c5",
+    "reserve.sql": "95b0f62d5927aa9e",
+    "reserve_v1.sql": "36cb63393885e0c5",
 }
 
 
