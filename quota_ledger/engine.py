@@ -23,6 +23,7 @@ from quota_ledger.ledger import (
     batches,
     configure,
     expire,
+    queue_limits,
     reads,
     release,
     reserve,
@@ -158,8 +159,9 @@ class QuotaEngine:
         wanted = parse_limits(resources)
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
-        edit = configure.set_queue_max(partition, queue, wanted)
-        return self.driver.run(lambda tx: self._apply(tx, edit))
+        return self.driver.run(
+            lambda tx: queue_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
+        )
 
     # -- configuration -----------------------------------------------------------------------
     def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:
