@@ -51,10 +51,12 @@ def set_limits(
         return configure.apply(tx, edit, compiled=rules.remember, bounds=bounds)
     if not changes:
         return version
-    now = tx.db_now()
-    tx.create_missing(partition, [], now)  # a row to lock on MariaDB and SQLite
-    tx.lock_partition(partition, exclusive=True)
-    _set_counters(tx, partition, queue, changes, now)
+    now = tx.lock_partition(partition, exclusive=True)
+    if queue == ROOT:
+        tx.ensure_partition(partition, now)  # a configured queue's partition has its row already
+    before = compiled.partition(partition)
+    limited = before.capacity if queue == ROOT else before.queues[queue].max
+    _set_counters(tx, partition, queue, changes, set(limited), now)
     tx.store_changes(version + 1, partition, queue, changes, now)
     new_rules = with_queue_max(compiled, version + 1, partition, queue, changes)
     new_index = local_check.advanced(index, version + 1, partition, queue, changes)
@@ -63,13 +65,19 @@ def set_limits(
 
 
 def _set_counters(
-    tx: LedgerTx, partition: str, queue: str, changes: Mapping[str, int | None], now: datetime
+    tx: LedgerTx,
+    partition: str,
+    queue: str,
+    changes: Mapping[str, int | None],
+    limited: set[str],
+    now: datetime,
 ) -> None:
     """Bring ``queue``'s subtree counters of the changed resources in line; a new one starts
-    from the queue counters below it, as :func:`configure.reconcile` does. Caller holds the
-    exclusive partition lock, so no other writer creates or removes these counters."""
-    existing = {c.resource for c in tx.lock_subtree_counters(partition, [queue], changes, lock=False)}
-    new = [r for r, v in changes.items() if v is not None and r not in existing]
+    from the queue counters below it, as :func:`configure.reconcile` does. ``limited`` are the
+    resources the queue had limits on, so had counters for. Caller holds the exclusive
+    partition lock: no other writer creates or removes these counters, and no reservation
+    moves the counters below."""
+    new = [r for r, v in changes.items() if v is not None and r not in limited]
     below = tx.lock_queue_counters_below(partition, queue, new)  # step 5
     locked = {c.resource: c for c in tx.lock_subtree_counters(partition, [queue], changes)}  # step 6
     for resource, limit in sorted(changes.items()):
@@ -81,6 +89,8 @@ def _set_counters(
             if counter.limit != limit:
                 tx.set_limit(counter.id, limit, now)
         else:
+            if resource not in new:  # its counter went missing: count what is below now
+                below += tx.lock_queue_counters_below(partition, queue, [resource])
             mine = [c for c in below if c.resource == resource and queues.in_subtree(c.scope, queue)]
             tx.insert_subtree_counter(
                 partition,

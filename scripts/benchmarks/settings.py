@@ -46,6 +46,8 @@ class Config:
     skip_kube: bool
     http: bool
     http_workers: int
+    set_limits: bool
+    set_limits_sequence: int
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -106,6 +108,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         "--http", action="store_true", help="also drive reserve+commit through the HTTP service (16 clients)"
     )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
+    parser.add_argument(
+        "--set-limits",
+        action="store_true",
+        help="also time set_limits on one queue at 100, 10,000 and 100,000 configured queues",
+    )
+    parser.add_argument(
+        "--set-limits-sequence",
+        type=int,
+        default=2000,
+        help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -161,6 +174,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         skip_kube=bool(args.skip_kube),
         http=bool(args.http),
         http_workers=args.http_workers,
+        set_limits=bool(args.set_limits),
+        set_limits_sequence=max(0, args.set_limits_sequence),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,
