@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -34,6 +34,13 @@ class Layered(Mapping[K, V]):
         if key in layer:
             return layer[key]
         return self._base[key]
+
+    def get(self, key: K, default: Any = None) -> Any:
+        """``Mapping.get`` without raising and catching a KeyError: reservations ask often."""
+        layer = self._layer
+        if key in layer:
+            return layer[key]
+        return self._base.get(key, default)
 
     def __contains__(self, key: object) -> bool:
         return key in self._layer or key in self._base
