@@ -79,7 +79,7 @@ def _set_counters(
     moves the counters below."""
     new = [r for r, v in changes.items() if v is not None and r not in limited]
     below = tx.lock_queue_counters_below(partition, queue, new)  # step 5
-    locked = {c.resource: c for c in tx.lock_subtree_counters(partition, [queue], changes)}  # step 6
+    locked = {c.resource: c for c in tx.lock_limits_at(partition, queue, changes)}  # step 6
     for resource, limit in sorted(changes.items()):
         counter = locked.get(resource)
         if limit is None:
