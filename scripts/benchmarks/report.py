@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, hierarchy, http, kube, set_limits, sweep, throughput
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -57,6 +57,8 @@ def markdown(
         lines += http_section(meta["http"])
     if meta.get("cold") is not None:
         lines += cold_section(cfg, meta["cold"])
+    if meta.get("set_limits") is not None:
+        lines += set_limits_section(meta["set_limits"])
     return "\n".join(lines)
 
 
@@ -196,6 +198,38 @@ def http_section(web: dict[str, Any]) -> list[str]:
         f"| latency at 100 requests/s, p50 / p99 | {web['p50_ms']:.1f} / {web['p99_ms']:.1f} ms "
         f"| p99 < {http.TARGET_P99_MS:g} ms {'✓' if web['p99_ms'] < http.TARGET_P99_MS else '✗'} |",
     ]
+
+
+def set_limits_section(result: dict[str, Any]) -> list[str]:
+    sizes = result["sizes"]
+    medians = {int(size): value for size, value in result["median_s"].items()}
+    ratio = result["ratio"]
+    target = set_limits.TARGET_SET_LIMITS_COST
+    lines = [
+        "",
+        f"### set_limits on one queue: per-call median of {result['calls']} calls, "
+        f"{len(result['rounds'])} round(s), sizes side by side",
+        "",
+        "| configured queues | setup (one apply_config) | set_limits per call |",
+        "|--:|--:|--:|",
+    ]
+    for size in sizes:
+        setup = result["setup_s"][size] if size in result["setup_s"] else result["setup_s"][str(size)]
+        lines.append(f"| {int(size):,} | {setup:.1f} s | {medians[int(size)] * 1000:.2f} ms |")
+    lines += [
+        "",
+        f"{int(sizes[-1]):,} vs {int(sizes[0]):,} queues: {ratio:.2f}x (≤ {target}) "
+        f"{'✓' if ratio <= target else '✗'}; audit() "
+        f"{'clean' if not result['audit'] else str(len(result['audit'])) + ' DRIFTS'}.",
+    ]
+    if "sequence" in result:
+        calls, seconds = result["sequence"]["calls"], result["sequence"]["seconds"]
+        minutes = 100_000 * seconds / calls / 60
+        lines.append(
+            f"{calls:,} calls in a row at {int(sizes[-1]):,} queues: {seconds:.1f} s "
+            f"({calls / seconds:.0f} calls/s; 100,000 calls at that rate: {minutes:.1f} min)."
+        )
+    return lines
 
 
 def write_json(

@@ -16,7 +16,7 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, hierarchy, http, kube, set_limits, sweep, throughput
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -59,6 +59,8 @@ def bench(cfg: Config) -> int:
             meta["http"] = http.run(cfg)
     if cfg.cold:
         meta["cold"] = cold.run(cfg)
+    if cfg.set_limits:
+        meta["set_limits"] = set_limits.run(cfg, cfg.set_limits_sequence)
     meta["total_s"] = time.perf_counter() - started
     text = report.markdown(cfg, cells, sweep_result, meta)
     print(text)
@@ -71,6 +73,7 @@ def bench(cfg: Config) -> int:
         and not meta.get("kube", {}).get("audit")
         and not meta.get("http", {}).get("audit")
         and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
+        and not meta.get("set_limits", {}).get("audit")
     )
     # A comparison with a replica that sends something else is meaningless: fail loudly.
     same_shape = meta.get("shape", {}).get("identical", True)

@@ -53,6 +53,8 @@ class Config:
     cold_only: bool
     cold_backends: list[str]
     mariadb_url: str
+    set_limits: bool
+    set_limits_sequence: int
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -130,6 +132,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         "(default: $QUOTA_LEDGER_BENCH_MARIADB_URL or %(default)s)",
     )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
+    parser.add_argument(
+        "--set-limits",
+        action="store_true",
+        help="also time set_limits on one queue at 100, 10,000 and 100,000 configured queues",
+    )
+    parser.add_argument(
+        "--set-limits-sequence",
+        type=int,
+        default=2000,
+        help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,6 +205,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         cold_only=bool(args.cold_only),
         cold_backends=cold_backends,
         mariadb_url=args.mariadb,
+        set_limits=bool(args.set_limits),
+        set_limits_sequence=max(0, args.set_limits_sequence),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,
