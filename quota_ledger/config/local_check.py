@@ -23,7 +23,7 @@ and then moved from version to version by :func:`advanced`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,7 +63,8 @@ class QueueFacts:
     maximum: Resources
     #: (how a problem names it, maxresources) of each user and group limit of the queue
     limits: tuple[tuple[str, Resources | None], ...]
-    children: tuple[str, ...]
+    #: the child queues' paths (a tuple, or a :class:`~.layered.Appended` once one was added)
+    children: Sequence[str]
     #: the queue's maxapplications (0: not set)
     max_applications: int = 0
 
@@ -460,7 +461,7 @@ def _added(
     above = part.queues[parent]
     for end in range(known + 1, len(segments) + 1):
         path = ".".join(segments[:end])
-        queues[above.path] = replace(above, children=(*above.children, path))
+        queues[above.path] = replace(above, children=layered.appended(above.children, path))
         names[_name_key(above.path, segments[end - 1])] = path
         above = leaf if end == len(segments) else QueueFacts(path, end, None, {}, {}, (), ())
     queues[queue] = leaf
