@@ -16,6 +16,11 @@ checked, on the queue, its ancestors and its subtree:
 
 Everything else in the configuration is as it was when it was validated in full. The cost is
 that of the queue's path and subtree: constant for a leaf, whatever the size of the rest.
+
+Adding a queue not configured yet (with the levels missing above it) is checked by
+:func:`new_queue` against the rules a new child involves: names, siblings' names in any case,
+the parent's maxapplications, the max above, and the same bounds. It only says when the addition
+is certainly valid; anything else is left to the whole check, which reports every problem.
 An index of what these checks read (:class:`ConfigIndex`) is built once from a stored document
 and then moved from version to version by :func:`advanced`.
 """
