@@ -150,10 +150,11 @@ class QuotaEngine:
         configuration as a new version, refused exactly when :meth:`apply_config` would refuse
         the edited configuration; root's limits are the partition's capacity, kept next to it.
         On a configured queue it checks and changes only that queue (its path and subtree), so
-        its cost does not grow with the configuration; a queue not configured yet is added
-        through a whole new version. Lowering a limit below current usage is allowed: nothing
-        is evicted, new reservations are refused until usage drops. Returns the new
-        configuration version (the one in force when nothing changes).
+        its cost does not grow with the configuration. A queue not configured yet is added the
+        same way (with the levels missing above it) in a configured partition without placement
+        rules; otherwise through a whole new version. Lowering a limit below current usage is
+        allowed: nothing is evicted, new reservations are refused until usage drops. Returns the
+        new configuration version (the one in force when nothing changes).
         """
         validation.partition(partition)
         validation.queue(queue)

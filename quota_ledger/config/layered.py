@@ -10,8 +10,8 @@ only its layer, which is folded into a new base once it grows past the square ro
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -68,3 +68,59 @@ def updated(mapping: Mapping[K, V], changes: Mapping[K, V]) -> Mapping[K, V]:
     if isinstance(mapping, Layered):
         return mapping.updated(changes)
     return Layered(mapping).updated(changes)
+
+
+class Appended(Sequence[V]):
+    """A tuple made of a large base and a short tail, so that appending one item copies only
+    the tail (folded into a new base once it grows past the square root of the base, as
+    :class:`Layered` folds its layer): a parent queue gains its 100,000th child in O(sqrt(n))
+    copies at worst, amortized. Never changed once built; equal to a tuple of the same items."""
+
+    __slots__ = ("_base", "_tail")
+
+    def __init__(self, base: Iterable[V] = (), tail: tuple[V, ...] = ()) -> None:
+        self._base = tuple(base)
+        self._tail = tail
+
+    @overload
+    def __getitem__(self, index: int) -> V: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[V, ...]: ...
+    def __getitem__(self, index: int | slice) -> V | tuple[V, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if 0 <= index < len(self._base):
+            return self._base[index]
+        return (self._base + self._tail)[index]
+
+    def __iter__(self) -> Iterator[V]:
+        yield from self._base
+        yield from self._tail
+
+    def __len__(self) -> int:
+        return len(self._base) + len(self._tail)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Appended({tuple(self)!r})"
+
+    def appended(self, value: V) -> Appended[V]:
+        """A new sequence with ``value`` at the end; this one is left as it is."""
+        tail = (*self._tail, value)
+        if len(tail) > max(_SMALL_LAYER, math.isqrt(len(self._base))):
+            return Appended(self._base + tail)
+        return Appended(self._base, tail)
+
+
+def appended(items: Sequence[V], value: V) -> Sequence[V]:
+    """``items`` with ``value`` at the end, sharing what it can (see :class:`Appended`)."""
+    if isinstance(items, Appended):
+        return items.appended(value)
+    return Appended(items).appended(value)

@@ -16,6 +16,11 @@ checked, on the queue, its ancestors and its subtree:
 
 Everything else in the configuration is as it was when it was validated in full. The cost is
 that of the queue's path and subtree: constant for a leaf, whatever the size of the rest.
+
+Adding a queue not configured yet (with the levels missing above it) is checked by
+:func:`new_queue` against the rules a new child involves: names, siblings' names in any case,
+the parent's maxapplications, the max above, and the same bounds. It only says when the addition
+is certainly valid; anything else is left to the whole check, which reports every problem.
 An index of what these checks read (:class:`ConfigIndex`) is built once from a stored document
 and then moved from version to version by :func:`advanced`.
 """
@@ -23,7 +28,7 @@ and then moved from version to version by :func:`advanced`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +45,7 @@ from quota_ledger.config.limits_check import (
 )
 from quota_ledger.config.model import partition_name
 from quota_ledger.config.queue_max import ROOT, set_max_resources, text
+from quota_ledger.config.validate import QUEUE_NAME
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.values import ConfigProblem
@@ -62,7 +68,10 @@ class QueueFacts:
     maximum: Resources
     #: (how a problem names it, maxresources) of each user and group limit of the queue
     limits: tuple[tuple[str, Resources | None], ...]
-    children: tuple[str, ...]
+    #: the child queues' paths (a tuple, or a :class:`~.layered.Appended` once one was added)
+    children: Sequence[str]
+    #: the queue's maxapplications (0: not set)
+    max_applications: int = 0
 
     @property
     def max_text(self) -> Mapping[str, str]:
@@ -75,6 +84,11 @@ class PartitionIndex:
     queues: Mapping[str, QueueFacts]
     #: resource name -> how many limit sets (max, guaranteed, user and group limits) name it
     uses: Mapping[str, int]
+    #: ``parent path + "/" + lower-case name`` of every queue but root: the names a new child
+    #: may not take (YuniKorn's names ignore case)
+    names: Mapping[str, str]
+    #: whether the partition has placement rules (they name queues a new queue may change)
+    placement: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +135,20 @@ def build(version: int, document: Mapping[str, Any]) -> ConfigIndex:
         uses: dict[str, int] = {}
         _count_uses(uses, [lim.get("maxresources") for lim in partition.get("limits") or []], 1)
         found: dict[str, QueueFacts] = {}
+        names: dict[str, str] = {}
         pending = [(queue, "", 1) for queue in partition.get("queues") or []]
         while pending:
             node, parent, level = pending.pop()
             facts = _facts(node, f"{parent}.{node.get('name')}" if parent else str(node.get("name")), level)
             found[facts.path] = facts
+            if parent:
+                names[_name_key(parent, str(node.get("name")))] = facts.path
             _count_uses(uses, _limit_sets(node), 1)
             pending.extend((child, facts.path, level + 1) for child in node.get("queues") or [])
-        partitions[name] = PartitionIndex(name, layered.Layered(found), uses)
+        placement = bool(partition.get("placementrules"))
+        partitions[name] = PartitionIndex(
+            name, layered.Layered(found), uses, layered.Layered(names), placement
+        )
     return ConfigIndex(version, partitions, count_values(dict(document)))
 
 
@@ -147,7 +167,12 @@ def _facts(node: Mapping[str, Any], path: str, level: int) -> QueueFacts:
         maximum=_parsed((resources or {}).get("max")),
         limits=tuple(limits),
         children=tuple(f"{path}.{child.get('name')}" for child in node.get("queues") or []),
+        max_applications=int(node.get("maxapplications") or 0),
     )
+
+
+def _name_key(parent: str, name: str) -> str:
+    return f"{parent}/{name.lower()}"
 
 
 def _parsed(values: Mapping[str, str] | None) -> Resources:
@@ -228,11 +253,12 @@ def _check_own(report: Report, new: QueueFacts) -> Resources:
     return maximum
 
 
-def _max_above(queues: Mapping[str, QueueFacts], queue: str) -> Resources:
-    """The smallest max of each resource among the queue's ancestors (root counts none)."""
+def _max_above(queues: Mapping[str, QueueFacts], queue: str, known: int | None = None) -> Resources:
+    """The smallest max of each resource among the queue's ancestors (root counts none); only
+    the first ``known`` levels of its path when given (those below are new, without a max)."""
     segments = queue.split(".")
     above: Resources = {}
-    for end in range(2, len(segments)):
+    for end in range(2, len(segments) if known is None else known + 1):
         above = component_wise_min(queues[".".join(segments[:end])].maximum, above)
     return above
 
@@ -305,9 +331,10 @@ def _check_bounds(
         report.problems.append(ConfigProblem(partition="", queue="", limit="", message=message))
 
 
-def _uses_after(uses: Mapping[str, int], old: QueueFacts, new: QueueFacts) -> dict[str, int]:
+def _uses_after(uses: Mapping[str, int], old: QueueFacts | None, new: QueueFacts) -> dict[str, int]:
     after = dict(uses)
-    _count_uses(after, [old.max_text], -1)
+    if old is not None:
+        _count_uses(after, [old.max_text], -1)
     _count_uses(after, [new.max_text], 1)
     return after
 
@@ -318,17 +345,135 @@ def _values_after(index: ConfigIndex, old: QueueFacts, new: QueueFacts) -> int:
     return index.values - before + after
 
 
+@dataclass(frozen=True, slots=True)
+class NewQueue:
+    """A queue not configured yet that setting limits adds, with the levels missing above it,
+    found certainly valid: adding it breaks none of YuniKorn's rules."""
+
+    partition: str
+    queue: str
+    #: the configured queue the new levels hang under
+    parent: str
+    #: the paths added, top first (the last is ``queue``)
+    created: tuple[str, ...]
+    #: resource -> limit of the new queue's max
+    limits: Mapping[str, int]
+
+
+def new_queue(
+    index: ConfigIndex,
+    partition: str,
+    queue: str,
+    limits: Mapping[str, int | None],
+    bounds: validation.Bounds,
+) -> NewQueue | None:
+    """Check adding ``queue`` (a valid queue path not configured yet) with ``limits`` on its max,
+    as validating the whole configuration would; None unless it is certainly accepted.
+
+    Adding a leaf (and the levels missing above it) touches only these rules: each new name is
+    valid and takes no sibling's name (in any case); a parent that sets maxapplications needs
+    it on every child; the new max fits the max above it; the bounds on resources, depth and
+    size. Placement rules name queues by path, so a partition with any is left to the whole
+    check, as is a new queue without a limit to set or with a problem: the whole check reports
+    every problem.
+    """
+    part = index.partitions.get(partition)
+    wanted = {r: v for r, v in limits.items() if v is not None}
+    if part is None or part.placement or not wanted or queue in part.queues:
+        return None
+    segments = queue.split(".")
+    known = 1
+    while ".".join(segments[: known + 1]) in part.queues:
+        known += 1
+    parent = ".".join(segments[:known])
+    missing = segments[known:]
+    if part.queues[parent].max_applications or _name_key(parent, missing[0]) in part.names:
+        return None
+    if not all(QUEUE_NAME.fullmatch(name) for name in missing):
+        return None
+    leaf = _leaf_facts(queue, len(segments), wanted)
+    if not fit_in_max_undef(_max_above(part.queues, queue, known), leaf.maximum):
+        return None
+    try:
+        bounds.limit_set(leaf.max_text)
+        bounds.partition(_uses_after(part.uses, None, leaf), part.name)
+    except InvalidRequest:
+        return None
+    subtree = _subtree(missing, leaf)
+    if validation.document_problem(subtree, validation.MAX_DEPTH - _ROOT_DEPTH - 2 * known + 1):
+        return None
+    if index.values + _added_values(part, parent, subtree) > validation.MAX_NODES:
+        return None
+    created = tuple(".".join(segments[:end]) for end in range(known + 1, len(segments) + 1))
+    return NewQueue(partition, queue, parent, created, wanted)
+
+
+def _leaf_facts(queue: str, level: int, limits: Mapping[str, int]) -> QueueFacts:
+    resources: dict[str, Any] = {}
+    set_max_resources(resources, limits)
+    return QueueFacts(queue, level, resources, {}, _parsed(resources.get("max")), (), ())
+
+
+def _subtree(missing: list[str], leaf: QueueFacts) -> dict[str, Any]:
+    """The nodes added to the document, as the whole path adds them (see
+    :func:`~quota_ledger.config.queue_max.queue_node`)."""
+    node: dict[str, Any] = {"name": missing[-1], "resources": copy.deepcopy(dict(leaf.resources or {}))}
+    for name in reversed(missing[:-1]):
+        node = {"name": name, "queues": [node]}
+    return node
+
+
+def _added_values(part: PartitionIndex, parent: str, subtree: Mapping[str, Any]) -> int:
+    """How many values the document gains: the subtree, and a queue list where there was none."""
+    return count_values(subtree) + (0 if part.queues[parent].children else 1)
+
+
 def advanced(
     index: ConfigIndex, version: int, partition: str, queue: str, limits: Mapping[str, int | None]
 ) -> ConfigIndex:
     """The index of the next version, in which ``queue``'s max got ``limits`` (root's limits
-    are not in the document: only the version moves)."""
+    are not in the document: only the version moves). A queue not configured yet is added with
+    the levels missing above it, as replaying the change adds them."""
     if queue == ROOT:
         return replace(index, version=version)
     part = index.partitions[partition]
+    if queue not in part.queues:
+        return _added(index, version, part, queue, limits)
     old = part.queues[queue]
     new = _next_facts(old, limits)
-    moved = PartitionIndex(
-        part.name, layered.updated(part.queues, {queue: new}), _uses_after(part.uses, old, new)
+    moved = replace(
+        part, queues=layered.updated(part.queues, {queue: new}), uses=_uses_after(part.uses, old, new)
     )
     return ConfigIndex(version, {**index.partitions, partition: moved}, _values_after(index, old, new))
+
+
+def _added(
+    index: ConfigIndex, version: int, part: PartitionIndex, queue: str, limits: Mapping[str, int | None]
+) -> ConfigIndex:
+    segments = queue.split(".")
+    known = 1
+    while ".".join(segments[: known + 1]) in part.queues:
+        known += 1
+    parent = ".".join(segments[:known])
+    leaf = _leaf_facts(queue, len(segments), {r: v for r, v in limits.items() if v is not None})
+    if not leaf.resources:
+        leaf = replace(leaf, resources=None)
+    values = index.values + _added_values(part, parent, _subtree(segments[known:], leaf))
+    if not leaf.resources:
+        values -= 1  # no resources mapping: the whole path drops an empty one
+    queues: dict[str, QueueFacts] = {}
+    names: dict[str, str] = {}
+    above = part.queues[parent]
+    for end in range(known + 1, len(segments) + 1):
+        path = ".".join(segments[:end])
+        queues[above.path] = replace(above, children=layered.appended(above.children, path))
+        names[_name_key(above.path, segments[end - 1])] = path
+        above = leaf if end == len(segments) else QueueFacts(path, end, None, {}, {}, (), ())
+    queues[queue] = leaf
+    moved = replace(
+        part,
+        queues=layered.updated(part.queues, queues),
+        uses=_uses_after(part.uses, None, leaf),
+        names=layered.updated(part.names, names),
+    )
+    return ConfigIndex(version, {**index.partitions, part.name: moved}, values)

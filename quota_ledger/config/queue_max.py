@@ -61,23 +61,36 @@ def set_capacity(capacity: Capacity, partition: str, limits: Mapping[str, int | 
         del capacity[partition]
 
 
+#: id of a queue list -> its queues by name: replaying many changes finds each queue in O(1)
+Lookup = dict[int, dict[str, dict[str, Any]]]
+
+
 def set_queue_max(
-    document: Document, capacity: Capacity, partition: str, queue: str, limits: Mapping[str, int | None]
+    document: Document,
+    capacity: Capacity,
+    partition: str,
+    queue: str,
+    limits: Mapping[str, int | None],
+    lookup: Lookup | None = None,
 ) -> None:
     """Set (or with None remove) ``queue``'s max in ``document`` (root: in ``capacity``), in
     place; queues and the partition missing on the way are added."""
     if queue == ROOT:
         set_capacity(capacity, partition, limits)
         return
-    node = queue_node(document, partition, queue)
+    node = queue_node(document, partition, queue, lookup)
     resources = node.setdefault("resources", {})
     set_max_resources(resources, limits)
     if not resources:
         del node["resources"]
 
 
-def queue_node(document: Document, partition: str, queue: str) -> dict[str, Any]:
-    """The node of ``queue`` in ``document``, added (with the partition) when missing."""
+def queue_node(
+    document: Document, partition: str, queue: str, lookup: Lookup | None = None
+) -> dict[str, Any]:
+    """The node of ``queue`` in ``document``, added (with the partition) when missing (at the
+    end of its parent's queue list, with only its name). ``lookup`` indexes the queue lists
+    walked, for the next call on the same document."""
     parts = document.setdefault("partitions", [])
     found = next((p for p in parts if partition_name(p.get("name", "")) == partition), None)
     if found is None:
@@ -86,10 +99,19 @@ def queue_node(document: Document, partition: str, queue: str) -> dict[str, Any]
     node: dict[str, Any] = found
     for segment in queue.split("."):
         level: list[dict[str, Any]] = node.setdefault("queues", [])
-        child = next((q for q in level if q.get("name") == segment), None)
+        if lookup is None:
+            child = next((q for q in level if q.get("name") == segment), None)
+        else:
+            if id(level) not in lookup:
+                lookup[id(level)] = {}
+                for q in reversed(level):  # the first of equal names wins, as above
+                    lookup[id(level)][q.get("name")] = q
+            child = lookup[id(level)].get(segment)
         if child is None:
             child = {"name": segment}
             level.append(child)
+            if lookup is not None:
+                lookup[id(level)][segment] = child
         node = child
     return node
 
@@ -110,8 +132,9 @@ def replay(
     steps = grouped(changes)
     if not steps:
         return document, capacity
+    lookup: Lookup = {}  # the lists it indexes stay alive (in document) while it is used
     for _version, partition, queue, limits in steps:
-        set_queue_max(document, capacity, partition, queue, limits)
+        set_queue_max(document, capacity, partition, queue, limits, lookup)
     return _sorted(document), _sorted(capacity)
 
 

@@ -154,11 +154,17 @@ def with_queue_max(
     rules: Rules, version: int, partition: str, queue: str, limits: Mapping[str, int | None]
 ) -> Rules:
     """``rules`` as the next version, in which ``queue``'s max (root: the partition's capacity)
-    got ``limits`` (None removes one); shares every other queue's rules with ``rules``."""
+    got ``limits`` (None removes one); shares every other queue's rules with ``rules``. A queue
+    not configured yet is added, with the levels missing above it."""
     current = rules.partition(partition)
     if queue == ROOT:
         capacity = {**current.capacity, **limits}
         changed = replace(current, capacity={r: v for r, v in sorted(capacity.items()) if v is not None})
+    elif queue not in current.queues:  # added, with the levels missing above it
+        added = {path: QueueRule(path) for path in queues.lineage(queue) if path not in current.queues}
+        maximum = {r: text(r, v) for r, v in limits.items() if v is not None}
+        added[queue] = QueueRule(queue, max=parse_config_resources(maximum))
+        changed = replace(current, queues=layered.updated(current.queues, added))
     else:
         rule = current.queues[queue]
         texts = {r: text(r, v) for r, v in rule.max.items()}

@@ -5,8 +5,12 @@ touches (:mod:`quota_ledger.config.local_check`), then locks only the partition 
 exclusively, and updates, inserts or deletes only that queue's subtree counters. The version is
 recorded as change rows, not as a copy of the whole configuration. A reservation sees either
 the old limits or the new ones: it reads the version in force and the counters under its
-shared partition lock. A queue that is not configured yet (set_limits adds it) takes the
-whole-configuration path of :func:`~quota_ledger.ledger.configure.apply`.
+shared partition lock. A queue that is not configured yet is added the same way, with the
+levels missing above it (replaying its change rows adds them, as the whole-configuration path
+would), when :func:`~quota_ledger.config.local_check.new_queue` finds it certainly valid; any
+other (a new partition, placement rules in its partition, a change the whole check may refuse)
+takes the whole-configuration path of :func:`~quota_ledger.ledger.configure.apply`, which
+reports every problem.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ def set_limits(
         if checked.problems:
             raise ConfigError(list(checked.problems))
         changes = dict(checked.changes)
+    elif (added := local_check.new_queue(index, partition, queue, limits, bounds)) is not None:
+        changes = dict(added.limits)
     else:
         edit = configure.set_queue_max(partition, queue, limits)
         return configure.apply(tx, edit, compiled=rules.remember, bounds=bounds)
@@ -55,7 +61,8 @@ def set_limits(
     if queue == ROOT:
         tx.ensure_partition(partition, now)  # a configured queue's partition has its row already
     before = compiled.partition(partition)
-    limited = before.capacity if queue == ROOT else before.queues[queue].max
+    rule = before.queues.get(queue)
+    limited = before.capacity if queue == ROOT else (rule.max if rule is not None else {})
     _set_counters(tx, partition, queue, changes, set(limited), now)
     tx.store_changes(version + 1, partition, queue, changes, now)
     new_rules = with_queue_max(compiled, version + 1, partition, queue, changes)

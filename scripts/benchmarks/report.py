@@ -203,6 +203,7 @@ def http_section(web: dict[str, Any]) -> list[str]:
 def set_limits_section(result: dict[str, Any]) -> list[str]:
     sizes = result["sizes"]
     medians = {int(size): value for size, value in result["median_s"].items()}
+    new = {int(size): value for size, value in result.get("new_median_s", {}).items()}
     ratio = result["ratio"]
     target = set_limits.TARGET_SET_LIMITS_COST
     lines = [
@@ -210,25 +211,34 @@ def set_limits_section(result: dict[str, Any]) -> list[str]:
         f"### set_limits on one queue: per-call median of {result['calls']} calls, "
         f"{len(result['rounds'])} round(s), sizes side by side",
         "",
-        "| configured queues | setup (one apply_config) | set_limits per call |",
-        "|--:|--:|--:|",
+        "| configured queues | setup (one apply_config) | set_limits per call "
+        "| set_limits per call on a new queue |",
+        "|--:|--:|--:|--:|",
     ]
     for size in sizes:
         setup = result["setup_s"][size] if size in result["setup_s"] else result["setup_s"][str(size)]
-        lines.append(f"| {int(size):,} | {setup:.1f} s | {medians[int(size)] * 1000:.2f} ms |")
+        on_new = f"{new[int(size)] * 1000:.2f} ms" if new else "-"
+        lines.append(f"| {int(size):,} | {setup:.1f} s | {medians[int(size)] * 1000:.2f} ms | {on_new} |")
     lines += [
         "",
         f"{int(sizes[-1]):,} vs {int(sizes[0]):,} queues: {ratio:.2f}x (≤ {target}) "
         f"{'✓' if ratio <= target else '✗'}; audit() "
         f"{'clean' if not result['audit'] else str(len(result['audit'])) + ' DRIFTS'}.",
     ]
-    if "sequence" in result:
-        calls, seconds = result["sequence"]["calls"], result["sequence"]["seconds"]
-        minutes = 100_000 * seconds / calls / 60
+    if "new_ratio" in result:
+        new_ratio = result["new_ratio"]
         lines.append(
-            f"{calls:,} calls in a row at {int(sizes[-1]):,} queues: {seconds:.1f} s "
-            f"({calls / seconds:.0f} calls/s; 100,000 calls at that rate: {minutes:.1f} min)."
+            f"On new queues, {int(sizes[-1]):,} vs {int(sizes[0]):,} queues: {new_ratio:.2f}x "
+            f"(≤ {target}) {'✓' if new_ratio <= target else '✗'}."
         )
+    for key, what in (("sequence", "calls"), ("new_sequence", "calls on new queues")):
+        if key in result:
+            calls, seconds = result[key]["calls"], result[key]["seconds"]
+            minutes = 100_000 * seconds / calls / 60
+            lines.append(
+                f"{calls:,} {what} in a row at {int(sizes[-1]):,} queues: {seconds:.1f} s "
+                f"({calls / seconds:.0f} calls/s; 100,000 calls at that rate: {minutes:.1f} min)."
+            )
     return lines
 
 

@@ -135,7 +135,65 @@ def test_a_whole_apply_after_changes_stores_a_snapshot(ledger: QuotaEngine, db_u
     assert ledger.limits()["root.prod"] == {"vcore": 20000}
 
 
-def test_a_queue_not_configured_yet_is_added_by_a_whole_version(ledger: QuotaEngine, db_url: URL) -> None:
-    assert ledger.set_limits("root.new", {"vcore": 2}) == 2
+def test_a_queue_not_configured_yet_is_added_by_a_change(ledger: QuotaEngine, db_url: URL) -> None:
+    ledger.reserve("root.prod.p1.x", {"vcore": 1})  # usage of a dynamic queue
+    assert ledger.set_limits("root.prod.p1", {"vcore": 2}) == 2  # was dynamic
+    assert ledger.set_limits("root.projects.a.b", {"memory": "1Gi"}) == 3  # two levels missing
+    assert _snapshots(db_url) == [1]
+    assert _changes(db_url) == [(2, "root.prod.p1", "vcore", 2000), (3, "root.projects.a.b", "memory", 2**30)]
+    assert ledger.limits()["root.prod.p1"] == {"vcore": 2000}
+    with pytest.raises(OverQuota):
+        ledger.reserve("root.prod.p1.y", {"vcore": "1500m"})  # the new limit counts what was in use
+    ledger.reserve("root.prod.p1.y", {"vcore": 1})
+    root = ledger.config()["partitions"][0]["queues"][0]
+    assert root["queues"][1]["queues"] == [{"name": "p1", "resources": {"max": {"vcore": "2000m"}}}]
+    assert root["queues"][2] == {
+        "name": "projects",
+        "queues": [{"name": "a", "queues": [{"name": "b", "resources": {"max": {"memory": "1073741824"}}}]}],
+    }
+    assert ledger.audit() == []
+
+
+def test_a_new_queue_replays_to_what_a_whole_version_would_store(ledger: QuotaEngine, db_url: URL) -> None:
+    edited = ledger.config()
+    queues = edited["partitions"][0]["queues"][0]["queues"]
+    queues[0]["queues"] = [{"name": "t", "resources": {"max": {"vcore": "1000m"}}}]
+    queues.append({"name": "z", "queues": [{"name": "y", "resources": {"max": {"gpu": "1"}}}]})
+    ledger.set_limits("root.dev.t", {"vcore": 1})
+    ledger.set_limits("root.z.y", {"gpu": 1})
+    assert _snapshots(db_url) == [1]
+    assert ledger.config() == edited
+    assert ledger.apply_config(edited) == 3  # the same configuration: no version
+
+
+def test_a_new_queue_that_breaks_a_rule_is_refused_and_changes_nothing(
+    ledger: QuotaEngine, db_url: URL
+) -> None:
+    with pytest.raises(ConfigError, match="more than the max above it"):
+        ledger.set_limits("root.dev.a.b", {"vcore": 11})
+    with pytest.raises(ConfigError, match="more than once"):
+        ledger.set_limits("root.Prod", {"vcore": 1})
+    assert _changes(db_url) == []
+    assert ledger.config_version() == 1
+
+
+def test_another_engine_moves_forward_by_a_new_queue(ledger: QuotaEngine, db_url: URL) -> None:
+    with QuotaEngine.from_url(db_url) as other:
+        other.reserve("root.prod", {"vcore": 1})
+        compiled = other.rules.compiles
+        ledger.set_limits("root.p.q", {"vcore": 1})
+        with pytest.raises(OverQuota):
+            other.reserve("root.p.q", {"vcore": 2})
+        assert other.limits()["root.p.q"] == {"vcore": 1000}
+        other.set_limits("root.p.r", {"vcore": 1})  # its check index moves forward too
+        with pytest.raises(ConfigError, match="more than once"):
+            other.set_limits("root.P.s", {"vcore": 1})
+        assert other.rules.compiles == compiled
+        assert _snapshots(db_url) == [1]
+        assert ledger.set_limits("root.p.r", {"vcore": 3}) == 4
+
+
+def test_a_new_partition_is_added_by_a_whole_version(ledger: QuotaEngine, db_url: URL) -> None:
+    assert ledger.set_limits("root.a", {"vcore": 2}, partition="other") == 2
     assert _snapshots(db_url) == [1, 2]
-    assert ledger.limits()["root.new"] == {"vcore": 2000}
+    assert ledger.limits(partition="other")["root.a"] == {"vcore": 2000}

@@ -1,7 +1,11 @@
-"""A layered mapping reads as the plain mapping it stands for, and leaves older ones unchanged."""
+"""A layered mapping (and an appended tuple) reads as the plain value it stands for, and leaves
+older ones unchanged."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from quota_ledger.config import layered
 from quota_ledger.config.layered import Layered, updated
 
 
@@ -30,3 +34,22 @@ def test_a_layer_is_folded_into_the_base_once_it_grows() -> None:
         mapping = mapping.updated({str(i): -i})
     assert len(mapping._layer) < 100  # folded once past sqrt(10,000) = 100
     assert mapping["5"] == -5
+
+
+def test_appended_items_read_as_the_tuple_of_them_and_leave_the_earlier_ones_alone() -> None:
+    items: Sequence[int] = (0, 1)
+    versions = [items]
+    for value in range(2, 3000):
+        items = layered.appended(items, value)
+        versions.append(items)
+    assert items == tuple(range(3000))
+    assert tuple(range(3000)) == items
+    assert len(items) == 3000
+    assert items[2999] == 2999
+    assert items[-1] == 2999
+    assert items[1500] == 1500
+    assert items[10:13] == (10, 11, 12)
+    assert hash(items) == hash(tuple(range(3000)))
+    assert versions[100] == tuple(range(102))  # each version keeps its own items
+    assert items != tuple(range(2999))
+    assert items != "ab"

@@ -161,3 +161,150 @@ def test_a_max_below_what_the_children_are_guaranteed_is_refused_by_both() -> No
     )
     assert _compare(document, validation.Bounds(), "root.a", {"memory": 5})
     assert not _compare(document, validation.Bounds(), "root.a", {"memory": 6})
+
+
+# -- queues not configured yet --------------------------------------------------------------------
+#: names a new level may take, and names the whole check refuses (a sibling's name in another
+#: case is added by _new_path)
+NEW_NAMES = ("n1", "p-2", "x_3", "a#b", "u@v", "s/t", "c:d")
+BAD_NAMES = ("a b", "é", "x" * 65, "a+b", "")
+
+
+def _new_path(rng: random.Random, document: dict[str, Any]) -> str:
+    """A path not configured: under a random queue, one to three new levels, some refused."""
+    facts = local_check.build(0, document).partitions["default"].queues
+    base = rng.choice(sorted(facts))
+    children = [c.rsplit(".", 1)[1] for c in facts[base].children]
+    names = []
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.12:
+            names.append(rng.choice(BAD_NAMES))
+        elif roll < 0.25 and children and not names:
+            names.append(rng.choice(children).upper())  # a sibling's name in another case
+        else:
+            names.append(rng.choice(NEW_NAMES) + str(rng.randint(0, 3)))
+    return ".".join([base, *names])
+
+
+def _new_queue_case(
+    seed: int,
+) -> tuple[dict[str, Any], validation.Bounds, str, dict[str, int | None]] | None:
+    case = _random_case(seed)
+    if case is None:
+        return None
+    document, bounds, _queue, change = case
+    rng = random.Random(seed + 10_000)
+    if rng.random() < 0.8:  # mostly limits to set: a change that only removes adds no limit
+        change = {r: rng.randint(0, 14) if v is None else v for r, v in change.items()}
+    partition = document["partitions"][0]
+    leaves = []
+    pending = list(partition["queues"])
+    while pending:
+        node = pending.pop()
+        pending.extend(node.get("queues") or [])
+        if not node.get("queues"):
+            leaves.append(node)
+    if leaves and rng.random() < 0.2:
+        rng.choice(leaves)["maxapplications"] = 5  # a new child under it needs maxapplications
+    if rng.random() < 0.1:
+        partition["placementrules"] = [{"name": "tag", "value": "namespace", "create": True}]
+    document = _stored(document)
+    if configure.check(document, bounds)[1]:
+        return None
+    return document, bounds, _new_path(rng, document), change
+
+
+def _compare_new(
+    document: dict[str, Any], bounds: validation.Bounds, queue: str, change: dict[str, int | None]
+) -> str:
+    """Assert the local check accepts only what the whole check accepts, and that the accepted
+    change replays to the document, rules and index the whole path makes; the outcome."""
+    index = local_check.build(0, document)
+    added = local_check.new_queue(index, "default", queue, change, bounds)
+    config, problems = _full(document, queue, change, bounds)
+    if added is None:
+        if problems:
+            return "refused"
+        # left to the whole check only where it says so
+        placement = bool(document["partitions"][0].get("placementrules"))
+        assert placement or all(v is None for v in change.values()), (queue, change)
+        return "deferred"
+    assert not problems, (queue, change, problems)
+    after = _stored(model.dump(config))
+    changes = [LimitChange(1, "default", queue, r, v) for r, v in added.limits.items()]
+    replayed, _ = queue_max.replay(copy.deepcopy(document), {}, changes)
+    assert json.dumps(replayed) == json.dumps(after)  # node order and fields too
+    old_rules = compile_config(model.normalize(model.load(document)), {}, 0)
+    new_rules = compile_config(model.normalize(model.load(after)), {}, 1)
+    assert with_queue_max(old_rules, 1, "default", queue, added.limits) == new_rules
+    moved = local_check.advanced(index, 1, "default", queue, added.limits)
+    built = local_check.build(1, after)
+    for got, want in ((moved, built),):
+        assert dict(got.partitions["default"].queues) == dict(want.partitions["default"].queues)
+        assert dict(got.partitions["default"].names) == dict(want.partitions["default"].names)
+        assert got.partitions["default"].uses == want.partitions["default"].uses
+        assert got.values == want.values
+    return "accepted"
+
+
+def test_the_local_check_of_a_new_queue_agrees_with_the_whole_check_on_random_trees() -> None:
+    outcomes = {"accepted": 0, "refused": 0, "deferred": 0}
+    for seed in range(500):
+        case = _new_queue_case(seed)
+        if case is not None:
+            outcomes[_compare_new(*case)] += 1
+    assert outcomes["accepted"] >= 40, outcomes
+    assert outcomes["refused"] >= 40, outcomes
+    assert outcomes["deferred"] >= 3, outcomes
+
+
+def test_a_new_queue_named_as_a_sibling_in_another_case_is_refused() -> None:
+    document = _stored({"partitions": [{"queues": [{"name": "root", "queues": [{"name": "Proj"}]}]}]})
+    assert _compare_new(document, validation.Bounds(), "root.proj.p1", {"memory": 5}) == "refused"
+    assert _compare_new(document, validation.Bounds(), "root.Proj.p1", {"memory": 5}) == "accepted"
+
+
+def test_a_new_queue_over_the_max_above_it_is_refused() -> None:
+    top = {"name": "a", "resources": {"max": {"memory": "8"}}, "queues": [{"name": "b"}]}
+    document = _stored({"partitions": [{"queues": [{"name": "root", "queues": [top]}]}]})
+    assert _compare_new(document, validation.Bounds(), "root.a.b.c.d", {"memory": 9}) == "refused"
+    assert _compare_new(document, validation.Bounds(), "root.a.b.c.d", {"memory": 8}) == "accepted"
+
+
+@pytest.mark.parametrize(
+    ("depth", "outcomes"),
+    [(26, ["accepted", "accepted"]), (27, ["accepted", "refused"]), (28, ["refused", "refused"])],
+)
+def test_a_new_queue_too_deep_for_the_document_is_refused_by_both(depth: int, outcomes: list[str]) -> None:
+    document = _chain(depth)
+    leaf = "root." + ".".join(f"l{i}" for i in range(1, depth + 1))
+    found = [
+        _compare_new(document, validation.Bounds(), f"{leaf}{extra}", {"memory": 5})
+        for extra in (".n", ".n.m")
+    ]
+    assert found == outcomes
+
+
+def test_a_new_queue_that_makes_the_document_too_large_is_refused_by_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    document = _stored({"partitions": [{"queues": [{"name": "root", "queues": [{"name": "a"}]}]}]})
+    # a queue list, the node, its name, resources, max, one value
+    monkeypatch.setattr(validation, "MAX_NODES", local_check.count_values(document) + 6)
+    assert _compare_new(document, validation.Bounds(), "root.a.b", {"memory": 5}) == "accepted"
+    assert _compare_new(document, validation.Bounds(), "root.a.b", {"memory": 5, "vcore": 1}) == "refused"
+
+
+def test_a_new_queue_naming_too_many_resources_for_the_partition_is_refused() -> None:
+    bounds = validation.Bounds(resources_per_limit_set=2, resources_per_partition=2)
+    top = {"name": "a", "resources": {"max": {"memory": "8", "vcore": "2"}}}
+    document = _stored({"partitions": [{"queues": [{"name": "root", "queues": [top]}]}]})
+    assert _compare_new(document, bounds, "root.b", {"gpu": 1}) == "refused"
+    assert _compare_new(document, bounds, "root.b", {"memory": 1}) == "accepted"
+
+
+def test_a_new_child_of_a_queue_with_maxapplications_is_refused() -> None:
+    top = {"name": "a", "maxapplications": 3}
+    document = _stored({"partitions": [{"queues": [{"name": "root", "queues": [top]}]}]})
+    assert _compare_new(document, validation.Bounds(), "root.a.b", {"memory": 1}) == "refused"

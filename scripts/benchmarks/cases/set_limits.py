@@ -6,8 +6,12 @@ departments with a max each, and the rest as teams under them (leaves, without a
 Then, in each round, every size in turn times ``SET_LIMITS_CALLS`` calls one at a time, each
 setting a different team's vcore and memory (the first call on a team adds its limits, a later
 one changes them). A few calls before the first round build each engine's check index, which
-a process builds once. Finally ``sequence`` consecutive calls at the largest size give the rate
-at which limits can be set on 100,000 queues one call at a time.
+a process builds once. Side by side with those, each size times ``SET_LIMITS_CALLS`` calls on
+queues not configured yet, ``root.projects.p<n>``: each call adds one (the first warm call adds
+``root.projects`` too), as a cloud that gives each project a queue sets its limits the first
+time. Finally ``sequence`` consecutive calls at the largest size on configured teams, then
+``sequence`` on new projects, give the rate at which limits can be set on 100,000 queues one
+call at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -53,13 +58,26 @@ def team(queues: int, n: int) -> str:
     return f"root.d{n % DEPARTMENTS}.t{n // DEPARTMENTS}"
 
 
-def timed_calls(engine: QuotaEngine, queues: int, start: int, calls: int, rng: random.Random) -> list[float]:
-    """Seconds of each of ``calls`` set_limits calls on consecutive teams from ``start``."""
+def project(_queues: int, n: int) -> str:
+    """The path of the ``n``-th new project queue (not in the configuration before)."""
+    return f"root.projects.p{n}"
+
+
+def timed_calls(
+    engine: QuotaEngine,
+    queues: int,
+    start: int,
+    calls: int,
+    rng: random.Random,
+    path: Callable[[int, int], str] = team,
+) -> list[float]:
+    """Seconds of each of ``calls`` set_limits calls on consecutive queues from ``start``
+    (teams, or with ``path=project`` new queues)."""
     seconds = []
     for n in range(start, start + calls):
         limits = {"vcore": rng.randint(1, 500), "memory": rng.randint(1, 1024) * 2**30}
         began = time.perf_counter()
-        engine.set_limits(team(queues, n), limits)
+        engine.set_limits(path(queues, n), limits)
         seconds.append(time.perf_counter() - began)
     return seconds
 
@@ -79,30 +97,42 @@ def run(cfg: Config, sequence: int) -> dict[str, Any]:
             result["setup_s"][size] = time.perf_counter() - began
             began = time.perf_counter()
             timed_calls(engine, size, 0, WARM_CALLS, rng)  # builds the engine's check index
+            timed_calls(engine, size, 0, WARM_CALLS, rng, project)  # adds root.projects
             result.setdefault("first_calls_s", {})[size] = time.perf_counter() - began
             log(f"set_limits: {size:,} queues configured in {result['setup_s'][size]:.1f} s")
             engines[size] = engine
         start = WARM_CALLS
         for round_ in range(cfg.repeat):
-            medians = {}
+            medians, new = {}, {}
             for size, engine in engines.items():
                 medians[size] = statistics.median(timed_calls(engine, size, start, SET_LIMITS_CALLS, rng))
+                calls = timed_calls(engine, size, start, SET_LIMITS_CALLS, rng, project)
+                new[size] = statistics.median(calls)
             start += SET_LIMITS_CALLS
             ratio = medians[SIZES[-1]] / medians[SIZES[0]]
-            result["rounds"].append({"median_s": medians, "ratio": ratio})
+            new_ratio = new[SIZES[-1]] / new[SIZES[0]]
+            result["rounds"].append(
+                {"median_s": medians, "ratio": ratio, "new_median_s": new, "new_ratio": new_ratio}
+            )
             shown = ", ".join(f"{size:,}: {m * 1000:.2f} ms" for size, m in medians.items())
-            log(f"set_limits round {round_ + 1}: per-call median {shown}; ratio {ratio:.2f}")
+            shown_new = ", ".join(f"{size:,}: {m * 1000:.2f} ms" for size, m in new.items())
+            log(
+                f"set_limits round {round_ + 1}: per-call median {shown}; ratio {ratio:.2f}; "
+                f"on new queues {shown_new}; ratio {new_ratio:.2f}"
+            )
         largest = engines[SIZES[-1]]
         if sequence:
-            began = time.perf_counter()
-            timed_calls(largest, SIZES[-1], start, sequence, rng)
-            elapsed = time.perf_counter() - began
-            result["sequence"] = {"calls": sequence, "seconds": elapsed}
-            log(f"set_limits: {sequence:,} calls in a row at {SIZES[-1]:,} queues took {elapsed:.1f} s")
+            for key, path in (("sequence", team), ("new_sequence", project)):
+                began = time.perf_counter()
+                timed_calls(largest, SIZES[-1], start, sequence, rng, path)
+                elapsed = time.perf_counter() - began
+                result[key] = {"calls": sequence, "seconds": elapsed}
+                what = "calls" if path is team else "calls on new queues"
+                log(f"set_limits: {sequence:,} {what} in a row at {SIZES[-1]:,} queues took {elapsed:.1f} s")
         result["audit"] = [str(d) for d in largest.audit()]
         result["version"] = largest.config_version()
     result["ratio"] = statistics.median(r["ratio"] for r in result["rounds"])
-    result["median_s"] = {
-        size: statistics.median(r["median_s"][size] for r in result["rounds"]) for size in SIZES
-    }
+    result["new_ratio"] = statistics.median(r["new_ratio"] for r in result["rounds"])
+    for key in ("median_s", "new_median_s"):
+        result[key] = {size: statistics.median(r[key][size] for r in result["rounds"]) for size in SIZES}
     return result
