@@ -16,7 +16,7 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import cold, hierarchy, http, kube, set_limits, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, http, kube, set_limits, sweep, throughput
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -57,6 +57,8 @@ def bench(cfg: Config) -> int:
             meta["kube"] = kube.run(cfg)
         if cfg.http:
             meta["http"] = http.run(cfg)
+        if cfg.group_commit:
+            meta["group_commit"] = group_commit.run(cfg)
     if cfg.cold:
         meta["cold"] = cold.run(cfg)
     if cfg.set_limits:
@@ -74,6 +76,7 @@ def bench(cfg: Config) -> int:
         and not meta.get("http", {}).get("audit")
         and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
         and not meta.get("set_limits", {}).get("audit")
+        and not any(each["audit"] for each in meta.get("group_commit", []))
     )
     # A comparison with a replica that sends something else is meaningless: fail loudly.
     same_shape = meta.get("shape", {}).get("identical", True)

@@ -55,6 +55,7 @@ class Config:
     mariadb_url: str
     set_limits: bool
     set_limits_sequence: int
+    group_commit: bool
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -143,6 +144,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         default=2000,
         help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
     )
+    parser.add_argument(
+        "--group-commit",
+        action="store_true",
+        help="also measure batching=True vs one transaction per call on one hot queue (16 and 64 "
+        "threads, and a paced caller), on PostgreSQL, MariaDB (--mariadb) and SQLite",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -207,6 +214,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         mariadb_url=args.mariadb,
         set_limits=bool(args.set_limits),
         set_limits_sequence=max(0, args.set_limits_sequence),
+        group_commit=bool(args.group_commit),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,

@@ -1,0 +1,328 @@
+"""Group commit: many concurrent requests decided by one database transaction.
+
+Each call that reaches a hot queue costs one transaction, one durable write (a WAL flush, a
+redo log flush) and one hold of the queue's counter locks; threads on one queue queue up behind
+each other's commits. With group commit the calling threads put their requests (a *step*: a
+function of one :class:`LedgerTx`) on a queue, and one transaction at a time per engine takes
+whatever has queued, up to ``max_batch`` requests, and runs them, each inside its own
+savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
+:class:`ReservationNotFound`, ...) is rolled back to its savepoint and leaves the others alone,
+so a batch decides exactly what its requests, run one after another, would have decided.
+
+On PostgreSQL the plain reserves and whole commits of a batch are function calls, sent in one
+pipelined round trip before any other step. While none has declined lately they go plain; one
+that declines aborts the transaction, which then runs again with every call guarded
+(``quota_ledger_try_*``: an exception block, so a decline undoes only that call), as do the
+next batches: a guard is a subtransaction, which costs about a third more server time a call.
+
+Every caller learns its outcome only after the batch's transaction has committed. The driver
+retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
+is written to be run again; ``tx.attempt`` tells it a first attempt may have committed). Any
+other database error (a request the database itself rejects) would fail the whole batch: its
+requests are then decided again one transaction each, so each gets its own outcome.
+
+There is no timer and no window, and no thread of its own: a caller that finds no batch under
+way leads, and starts a transaction at once; the requests that arrive while it runs make up
+the next batch, which the leader also decides if its own request is among them, or hands to
+the oldest waiting caller. A quiet ledger so runs each call in its caller's thread as without
+batching (no hand-over between threads, measured: a dedicated flusher thread doubled the
+median latency of a lone caller), and a busy one gets larger batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import exc
+
+from quota_ledger.driver import pg_functions
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.pg_fast import Call
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError
+
+T = TypeVar("T")
+log = logging.getLogger("quota_ledger.group_commit")
+
+#: how many requests one transaction decides at most, unless the engine says otherwise
+DEFAULT_MAX_BATCH = 256
+#: batches that send guarded function calls after a plain one declined
+GUARDED_AFTER_DECLINE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What an engine's group commit has done so far (for metrics)."""
+
+    #: transactions that decided a batch (a batch retried by the driver counts once)
+    batches: int = 0
+    #: requests decided in those transactions
+    requests: int = 0
+    #: the most requests one batch decided
+    largest: int = 0
+    #: batches a database error failed, whose requests were then decided one transaction each
+    fallbacks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Quick(Generic[T]):
+    """A request decided by one call of a PostgreSQL function that is all or nothing by itself:
+    ``call`` declines without aborting the transaction (``quota_ledger_try_*``, a
+    subtransaction each), ``plain`` the same function without that guard, which aborts the
+    transaction when it declines; and what their rows mean (None: declined, the request's
+    step decides)."""
+
+    call: Call
+    plain: Call
+    finish: Callable[[list[Any]], T | None]
+
+
+class _Declined(Exception):
+    """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
+
+
+@dataclass(eq=False)
+class _Job:
+    step: Callable[[LedgerTx], Any]
+    #: jobs of a batch run in this order (stable): requests on one queue together
+    order: tuple[str, ...]
+    #: the request's function call, if it has one now (PostgreSQL)
+    fast: Callable[[LedgerTx], Quick[Any] | None] | None = None
+    #: how the request is decided alone (default: ``step`` in a transaction of its own)
+    alone: Callable[[], Any] | None = None
+    #: set when the job is decided, or when its thread is to lead the next batches
+    wake: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    lead: bool = False
+    value: Any = None
+    error: BaseException | None = None
+
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error, self.done = value, error, True
+        self.wake.set()
+
+
+class _Refused:
+    """A step's ledger error, delivered to its caller once the batch has committed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: QuotaLedgerError) -> None:
+        self.error = error
+
+
+class GroupCommit:
+    """The request queue of one engine, and which of its callers leads the batches now."""
+
+    def __init__(self, driver: DbQuotaDriver, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        self.driver = driver
+        self.max_batch = max_batch
+        self._queue: deque[_Job] = deque()
+        self._lock = threading.Lock()
+        #: notified when no one leads and nothing is queued (for close)
+        self._idle = threading.Condition(self._lock)
+        self._leading = False
+        self._closing = False
+        self._stats = BatchStats()
+        self._functions: bool | None = None
+        #: batches still to send guarded function calls (after a plain one declined)
+        self._guarded = 0
+
+    @property
+    def stats(self) -> BatchStats:
+        """Batches and requests decided so far."""
+        return self._stats
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting for a batch (not counting those being decided)."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def functions(self) -> bool:
+        """Whether a batch may call the PostgreSQL functions that decline without aborting it
+        (``quota_ledger_try_*``, revision 0011); asked of the database once."""
+        if self._functions is None:
+            installed = self.driver.functions and self.driver.run(
+                lambda tx: pg_functions.try_installed(tx.conn)
+            )
+            self._functions = installed
+        return self._functions
+
+    def schema_changed(self) -> None:
+        """Ask the database again which functions it has (after a migration)."""
+        self._functions = None
+
+    def run(
+        self,
+        step: Callable[[LedgerTx], T],
+        order: Sequence[str] = (),
+        fast: Callable[[LedgerTx], Quick[T] | None] | None = None,
+        alone: Callable[[], T] | None = None,
+    ) -> T:
+        """Decide ``step`` in the next batch; its value once that batch has committed, or its
+        error. ``order``: where it goes in its batch (requests on one queue side by side).
+        ``fast``, when given, says which function call may decide the request (None: none);
+        a batch sends all of its calls in one round trip before it runs any step. ``alone``
+        decides the request when it is the only one queued (default: ``step`` in a
+        transaction of its own): exactly as without batching, at no cost of its own.
+
+        The caller that finds no batch under way leads: it decides what is queued, its own
+        request with it, batch after batch until its own is decided, then hands the lead to
+        the oldest request still queued. The others wait for their outcome (or the lead)."""
+        job = _Job(step, tuple(order), fast, alone)
+        with self._lock:
+            if self._closing:
+                raise DatabaseUnavailable("the engine is closed")
+            self._queue.append(job)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            job.wake.wait()
+        if not job.done:
+            self._lead(job)
+        if job.error is not None:
+            raise job.error
+        result: T = job.value
+        return result
+
+    def close(self) -> None:
+        """Stop taking requests; return once those already queued are decided."""
+        with self._lock:
+            self._closing = True
+            while self._leading or self._queue:
+                self._idle.wait()
+
+    # -- leading ------------------------------------------------------------------------------
+    def _lead(self, mine: _Job) -> None:
+        try:
+            while not mine.done:
+                with self._lock:
+                    jobs = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                try:
+                    self._flush(jobs)
+                except BaseException as error:  # never leave a caller waiting
+                    log.exception("a batch failed")
+                    for job in jobs:
+                        if not job.done:
+                            job.resolve(error=error)
+                    raise
+        finally:
+            with self._lock:
+                if self._queue:
+                    successor = self._queue[0]
+                    successor.lead = True
+                    successor.wake.set()
+                else:
+                    self._leading = False
+                    self._idle.notify_all()
+
+    def _flush(self, jobs: list[_Job]) -> None:
+        if len(jobs) == 1:
+            self._one_by_one(jobs, counted=True)
+            return
+        jobs.sort(key=lambda job: job.order)
+        try:
+            outcomes = self._decide_guarding_when_declined(jobs)
+        except DatabaseUnavailable as error:
+            # Retries spent: each request alone would have met the same outage.
+            for job in jobs:
+                each = DatabaseUnavailable(str(error))  # one per caller: raised in its thread
+                each.__cause__ = error
+                job.resolve(error=each)
+            return
+        except Exception as error:  # a database error that is not transient
+            log.warning("a batch of %d failed (%s): deciding its requests one by one", len(jobs), error)
+            self._count(len(jobs), fallback=True)
+            self._one_by_one(jobs)
+            return
+        self._count(len(jobs))
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, _Refused):
+                job.resolve(error=outcome.error)
+            else:
+                job.resolve(outcome)
+
+    def _decide_guarding_when_declined(self, jobs: list[_Job]) -> list[Any]:
+        """Decide the batch. While no call has declined lately its function calls go plain (a
+        subtransaction each costs about a third more server time); one that declines loses the
+        transaction, which is then run again with every call guarded, as are the next
+        :data:`GUARDED_AFTER_DECLINE` batches."""
+        if self._guarded == 0:
+            try:
+                return self.driver.run(lambda tx: _decide(tx, jobs, plain=True))
+            except _Declined:
+                self._guarded = GUARDED_AFTER_DECLINE
+        self._guarded -= 1
+        return self.driver.run(lambda tx: _decide(tx, jobs, plain=False))
+
+    def _one_by_one(self, jobs: list[_Job], *, counted: bool = False) -> None:
+        """Decide each job alone; ``counted``: each as a batch of one, unless the database
+        could not be reached."""
+        for job in jobs:
+            try:
+                job.resolve(job.alone() if job.alone is not None else self.driver.run(job.step))
+            except Exception as error:  # delivered to its caller
+                job.resolve(error=error)
+            if counted and not isinstance(job.error, DatabaseUnavailable):
+                self._count(1)
+
+    def _count(self, size: int, *, fallback: bool = False) -> None:
+        s = self._stats
+        self._stats = BatchStats(
+            batches=s.batches + (0 if fallback else 1),
+            requests=s.requests + (0 if fallback else size),
+            largest=max(s.largest, 0 if fallback else size),
+            fallbacks=s.fallbacks + (1 if fallback else 0),
+        )
+
+
+def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
+    """The batch's transaction: the function calls of the jobs that have one, in order and in
+    one round trip; then, in order, the step of every other job and of every job whose call
+    declined, each in its own savepoint. That is the order the batch decides them in.
+    ``plain``: calls that abort the transaction when they decline (:class:`_Declined`)."""
+    decided: dict[int, Any] = {}
+    planned: list[tuple[int, Quick[Any]]] = []
+    for i, job in enumerate(jobs):
+        if job.fast is not None:
+            try:
+                quick = job.fast(tx)
+            except QuotaLedgerError:
+                quick = None  # nothing written: the step decides, and raises what it must
+            if quick is not None:
+                planned.append((i, quick))
+    if planned and tx.fast is not None:
+        try:
+            answers = tx.fast.pipelined([quick.plain if plain else quick.call for _, quick in planned])
+        except exc.DBAPIError as error:
+            if plain and getattr(error.orig, "sqlstate", None) == pg_functions.DECLINED:
+                raise _Declined() from error
+            raise
+        for (i, quick), rows in zip(planned, answers, strict=True):
+            value = quick.finish(rows)
+            if value is not None:
+                decided[i] = value
+    outcomes: list[Any] = []
+    for i, job in enumerate(jobs):
+        if i in decided:
+            outcomes.append(decided[i])
+            continue
+        hooks = len(tx.after_commit)
+        savepoint = tx.conn.begin_nested()
+        try:
+            value = job.step(tx)
+        except QuotaLedgerError as refusal:
+            savepoint.rollback()
+            del tx.after_commit[hooks:]  # what the refused step meant to do after commit
+            outcomes.append(_Refused(refusal))
+        else:
+            savepoint.commit()
+            outcomes.append(value)
+    return outcomes
