@@ -23,12 +23,14 @@ from quota_ledger.ledger import (
     batches,
     configure,
     expire,
+    group_commit,
     reads,
     release,
     reserve,
     resolve,
     resource_quotas,
 )
+from quota_ledger.ledger.reserve import Request as ReserveRequest
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, validation
 from quota_ledger.model.errors import (
@@ -62,7 +64,12 @@ class QuotaEngine:
         max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
         max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
+        batching: bool = False,
+        max_batch: int = group_commit.DEFAULT_MAX_BATCH,
     ) -> None:
+        validation.flag(batching, "batching")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise InvalidRequest("max_batch must be a positive integer", field="max_batch")
         self.driver = driver
         self.default_ttl = validation.ttl(default_ttl)
         #: how many resources a request, a limit set and a partition may name
@@ -73,6 +80,8 @@ class QuotaEngine:
         )
         #: the newest configuration compiled, shared by this engine's operations
         self.rules = CompiledRules()
+        #: with ``batching``: the queue and flusher that decide many requests per transaction
+        self.group_commit = group_commit.GroupCommit(driver, max_batch) if batching else None
 
     @classmethod
     def from_url(
@@ -90,6 +99,8 @@ class QuotaEngine:
         max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
         max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
+        batching: bool = False,
+        max_batch: int = group_commit.DEFAULT_MAX_BATCH,
     ) -> QuotaEngine:
         """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs.
 
@@ -104,6 +115,10 @@ class QuotaEngine:
 
         ``max_resources_per_*`` bound how many resources one request, one limit set and one
         partition may name (:class:`TooManyResources` beyond them).
+
+        ``batching=True`` decides concurrent reservations, commits, rollbacks and releases of
+        reservations together, up to ``max_batch`` of them per transaction (group commit: see
+        :mod:`quota_ledger.ledger.group_commit`).
         """
         return cls(
             DbQuotaDriver.from_url(
@@ -120,6 +135,8 @@ class QuotaEngine:
             max_resources_per_request=max_resources_per_request,
             max_resources_per_limit_set=max_resources_per_limit_set,
             max_resources_per_partition=max_resources_per_partition,
+            batching=batching,
+            max_batch=max_batch,
         )
 
     def migrate(self, revision: str = "head") -> None:
@@ -130,8 +147,16 @@ class QuotaEngine:
             migrate.upgrade(self.driver.engine, revision)
 
     def close(self) -> None:
-        """Release all database connections."""
+        """Release all database connections. With batching, the requests already queued are
+        decided first; later calls raise :class:`DatabaseUnavailable`."""
+        if self.group_commit is not None:
+            self.group_commit.close()
         self.driver.dispose()
+
+    @property
+    def batch_stats(self) -> group_commit.BatchStats:
+        """How many batches and requests group commit has decided (zeros without batching)."""
+        return self.group_commit.stats if self.group_commit is not None else group_commit.BatchStats()
 
     def __enter__(self) -> QuotaEngine:
         return self
@@ -287,7 +312,7 @@ class QuotaEngine:
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
         )
-        return reserve.reserve(self.driver, self.rules, self.bounds, request)
+        return self._reserve(request)
 
     def reserve_pod(
         self,
@@ -323,7 +348,7 @@ class QuotaEngine:
             namespace=request.namespace,
             missing={"requests": request.missing_requests, "limits": request.missing_limits},
         )
-        return reserve.reserve(self.driver, self.rules, self.bounds, checked)
+        return self._reserve(checked)
 
     def get(self, reservation_id: str) -> Reservation:
         """The reservation with this id, as stored now."""
@@ -352,13 +377,23 @@ class QuotaEngine:
         """
         validation.reservation_id(reservation_id)
         amounts = None if resources is None else self._bounded(resources, self.bounds.request)
-        return resolve.commit(self.driver, self.rules, reservation_id, amounts, str(uuid.uuid4()))
+        operation_id = str(uuid.uuid4())
+        if self.group_commit is None:
+            return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id)
+        step = partial(
+            resolve.commit_general,
+            rules=self.rules,
+            reservation_id=reservation_id,
+            amounts=amounts,
+            operation_id=operation_id,
+        )
+        return resolve.raise_expired(self.group_commit.run(step))
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
         rolling back a committed one raises :class:`ReservationStateError`."""
         validation.reservation_id(reservation_id)
-        return self.driver.run(lambda tx: resolve.rollback(tx, self.rules, reservation_id))
+        return self._decide(lambda tx: resolve.rollback(tx, self.rules, reservation_id))
 
     def release(
         self,
@@ -412,7 +447,7 @@ class QuotaEngine:
         validation.reservation_id(reservation_id)
         validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
-        return self.driver.run(
+        return self._decide(
             lambda tx: release.release_reservation(tx, self.rules, reservation_id, finished, operation_id)
         )
 
@@ -578,6 +613,18 @@ class QuotaEngine:
         return audit.audit(self.driver, self.rules, names, fix)
 
     # -- internals ---------------------------------------------------------------------------
+    def _reserve(self, request: ReserveRequest) -> Reservation:
+        if self.group_commit is None:
+            return reserve.reserve(self.driver, self.rules, self.bounds, request)
+        step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
+        return self.group_commit.run(step, (request.partition, request.queue))
+
+    def _decide(self, step: Callable[[LedgerTx], T]) -> T:
+        """Run ``step`` in a transaction of its own, or in the next batch with batching."""
+        if self.group_commit is None:
+            return self.driver.run(step)
+        return self.group_commit.run(step)
+
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:
         """Parse a resource mapping once its size is within ``bound`` (counted before parsing)."""

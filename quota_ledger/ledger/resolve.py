@@ -185,7 +185,15 @@ def commit(
         done = commit_by_function(driver, reservation_id, operation_id)
         if done is not None:
             return done
-    result, expired = driver.run(lambda tx: commit_general(tx, rules, reservation_id, amounts, operation_id))
+    return raise_expired(
+        driver.run(lambda tx: commit_general(tx, rules, reservation_id, amounts, operation_id))
+    )
+
+
+def raise_expired(outcome: tuple[Reservation, bool]) -> Reservation:
+    """The committed reservation of :func:`commit_general`'s outcome, once its transaction has
+    committed; a reservation it expired instead raises :class:`ReservationStateError`."""
+    result, expired = outcome
     if expired:
         raise ReservationStateError(result.id, result.state, "commit")
     return result

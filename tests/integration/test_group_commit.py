@@ -1,0 +1,358 @@
+"""Group commit (``batching=True``): one transaction decides many concurrent requests, each
+exactly as if the batch had run them one after another, on every backend.
+
+To put known requests into one batch, a test holds the flusher in a transaction of a step that
+waits on an event, queues its requests from threads while it waits, then lets it go: the
+requests queued meanwhile make up the next batch (the stats say so).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from quota_ledger import (
+    DatabaseUnavailable,
+    IdempotencyConflict,
+    InvalidRequest,
+    OverQuota,
+    QuotaEngine,
+    QuotaLedgerError,
+    ReservationNotFound,
+    ReservationState,
+    ReservationStateError,
+)
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.ledger.group_commit import GroupCommit
+
+Outcome = tuple[str, Any]  # ("ok", value) or ("error", exception)
+
+
+@pytest.fixture
+def batched(db_url: URL) -> Iterator[QuotaEngine]:
+    engine = QuotaEngine.from_url(db_url, batching=True, pool_size=4)
+    yield engine
+    engine.close()
+
+
+def _flusher(engine: QuotaEngine) -> GroupCommit:
+    assert engine.group_commit is not None
+    return engine.group_commit
+
+
+class HeldFlusher:
+    """Holds the engine's flusher inside a transaction until :meth:`release`."""
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+        self.thread.start()
+        assert self.entered.wait(10), "the flusher never ran the holding step"
+
+    def _hold(self) -> None:
+        def step(tx: LedgerTx) -> None:
+            self.entered.set()
+            self.gate.wait(20)
+
+        _flusher(self.engine).run(step)
+
+    def release(self) -> None:
+        self.gate.set()
+        self.thread.join(20)
+
+
+def in_one_batch(
+    engine: QuotaEngine, calls: list[Callable[[], Any]], *, fails: bool = False
+) -> list[Outcome]:
+    """Run ``calls`` on threads so that one batch decides them all; their outcomes in order.
+    ``fails``: the batch fails and its calls are decided one transaction each."""
+    held = HeldFlusher(engine)
+    outcomes: list[Outcome | None] = [None] * len(calls)
+
+    def call(i: int) -> None:
+        try:
+            outcomes[i] = ("ok", calls[i]())
+        except Exception as error:  # the outcome under test
+            outcomes[i] = ("error", error)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while _flusher(engine).pending < len(calls):
+        assert time.monotonic() < deadline, "the calls never queued"
+        time.sleep(0.005)
+    before = engine.batch_stats
+    held.release()
+    for thread in threads:
+        thread.join(30)
+    after = engine.batch_stats
+    if fails:
+        assert (after.batches - before.batches, after.fallbacks - before.fallbacks) == (1, 1)
+    else:
+        # the holding step's batch, then one batch of every call
+        assert (after.batches - before.batches, after.requests - before.requests) == (2, 1 + len(calls))
+        assert after.largest >= len(calls)
+    return [o for o in outcomes if o is not None]
+
+
+def _errors(outcomes: list[Outcome]) -> list[type[BaseException]]:
+    return sorted((type(v) for k, v in outcomes if k == "error"), key=lambda t: t.__name__)
+
+
+def test_a_refused_request_leaves_the_rest_of_its_batch(batched: QuotaEngine) -> None:
+    batched.set_limits("root.a", {"fpga": 3})
+    outcomes = in_one_batch(
+        batched,
+        [
+            lambda: batched.reserve("root.a", {"fpga": 2}),
+            lambda: batched.reserve("root.a", {"fpga": 2}),
+            lambda: batched.reserve("root.a", {"fpga": 1}),
+            lambda: batched.commit("00000000-0000-0000-0000-000000000000"),
+        ],
+    )
+    # In any order one of the 2s and the 1 fit, the other 2 does not; the unknown id is refused.
+    assert _errors(outcomes) == [OverQuota, ReservationNotFound]
+    made = [v for k, v in outcomes if k == "ok"]
+    assert sorted(r.resources["fpga"] for r in made) == [1, 2]
+    assert batched.usage("root.a")["fpga"].reserved == 3
+    for reservation in made:
+        assert batched.get(reservation.id).state is ReservationState.PENDING
+    assert batched.audit() == []
+
+
+def test_one_key_twice_in_a_batch_is_one_reservation(batched: QuotaEngine) -> None:
+    batched.set_limits("root.a", {"fpga": 10})
+    outcomes = in_one_batch(batched, [lambda: batched.reserve("root.a", {"fpga": 2}, key="k")] * 3)
+    assert _errors(outcomes) == []
+    assert len({v.id for _, v in outcomes}) == 1
+    assert batched.usage("root.a")["fpga"].reserved == 2
+    # across batches too: the key returns the same reservation, another request conflicts
+    assert batched.reserve("root.a", {"fpga": 2}, key="k").id == outcomes[0][1].id
+    with pytest.raises(IdempotencyConflict):
+        batched.reserve("root.a", {"fpga": 3}, key="k")
+
+
+def test_one_key_for_two_requests_in_a_batch_conflicts_once(batched: QuotaEngine) -> None:
+    batched.set_limits("root.a", {"fpga": 10})
+    outcomes = in_one_batch(
+        batched,
+        [
+            lambda: batched.reserve("root.a", {"fpga": 2}, key="k"),
+            lambda: batched.reserve("root.a", {"fpga": 3}, key="k"),
+        ],
+    )
+    assert _errors(outcomes) == [IdempotencyConflict]
+    (made,) = [v for k, v in outcomes if k == "ok"]
+    assert batched.usage("root.a")["fpga"].reserved == made.resources["fpga"]
+    assert batched.get_by_key("k").id == made.id
+
+
+def test_commit_and_rollback_of_one_reservation_in_a_batch_resolve_it_once(batched: QuotaEngine) -> None:
+    batched.set_limits("root.a", {"fpga": 10})
+    first = batched.reserve("root.a", {"fpga": 2})
+    second = batched.reserve("root.a", {"fpga": 3})
+    batched.commit(second.id)
+    outcomes = in_one_batch(
+        batched,
+        [
+            lambda: batched.commit(first.id),
+            lambda: batched.rollback(first.id),
+            lambda: batched.release_reservation(second.id),
+            lambda: batched.release_reservation(second.id),
+        ],
+    )
+    # commit then rollback: the rollback is refused; rollback then commit: the commit is.
+    assert _errors(outcomes) == [ReservationStateError]
+    state = batched.get(first.id).state
+    assert state in (ReservationState.COMMITTED, ReservationState.ROLLED_BACK)
+    usage = batched.usage("root.a")["fpga"]
+    assert (usage.in_use, usage.reserved) == ((2 if state is ReservationState.COMMITTED else 0), 0)
+    assert batched.get(second.id).released_at is not None
+    assert batched.audit() == []
+
+
+def test_a_hot_queue_admits_exactly_its_limit_from_32_threads(batched: QuotaEngine) -> None:
+    batched.set_limits("root.hot", {"fpga": 40})
+    admitted: list[str] = []
+    refused: list[BaseException] = []
+
+    def caller() -> None:
+        for _ in range(4):
+            try:
+                made = batched.reserve("root.hot", {"fpga": 1})
+                batched.commit(made.id)
+                admitted.append(made.id)
+            except OverQuota as error:
+                refused.append(error)
+
+    threads = [threading.Thread(target=caller) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert (len(admitted), len(refused)) == (40, 128 - 40)
+    usage = batched.usage("root.hot")["fpga"]
+    assert (usage.in_use, usage.reserved) == (40, 0)
+    stats = batched.batch_stats
+    assert stats.requests == 128 + 40  # every reserve and commit, each decided once
+    assert stats.batches < stats.requests / 2, stats  # many requests per transaction
+    assert batched.audit() == []
+
+
+def test_a_call_returns_only_once_its_batch_has_committed(batched: QuotaEngine, db_url: URL) -> None:
+    batched.set_limits("root.a", {"fpga": 10})
+    observer = QuotaEngine.from_url(db_url)
+    seen: list[object] = []
+    slow_done = threading.Event()
+
+    def slow(tx: LedgerTx) -> None:
+        time.sleep(0.5)  # keeps the batch's transaction open after the reservation's step
+        slow_done.set()
+
+    def reserve_then_look() -> None:
+        made = batched.reserve("root.a", {"fpga": 1})
+        seen.append(slow_done.is_set())
+        seen.append(observer.get(made.id).state)  # another connection sees it committed
+
+    try:
+        flusher = _flusher(batched)
+        held = HeldFlusher(batched)
+        caller = threading.Thread(target=reserve_then_look)
+        caller.start()
+        later = threading.Thread(target=lambda: flusher.run(slow, order=("~",)))  # after the reserve
+        while flusher.pending < 1:
+            time.sleep(0.005)
+        later.start()
+        while flusher.pending < 2:
+            time.sleep(0.005)
+        held.release()
+        caller.join(20)
+        later.join(20)
+    finally:
+        observer.close()
+    assert seen == [True, ReservationState.PENDING]
+
+
+def test_a_poison_request_fails_alone(batched: QuotaEngine) -> None:
+    batched.set_limits("root.a", {"fpga": 10})
+
+    def poison(tx: LedgerTx) -> None:
+        tx.conn.execute(text("SELECT no_such_function_here(1)"))
+
+    flusher = _flusher(batched)
+    outcomes = in_one_batch(
+        batched,
+        [
+            lambda: batched.reserve("root.a", {"fpga": 2}),
+            lambda: flusher.run(poison),
+            lambda: batched.reserve("root.a", {"fpga": 3}),
+        ],
+        fails=True,
+    )
+    kinds = [k for k, _ in outcomes]
+    assert kinds == ["ok", "error", "ok"]
+    assert isinstance(outcomes[1][1], QuotaLedgerError)
+    assert batched.usage("root.a")["fpga"].reserved == 5
+    assert batched.batch_stats.fallbacks == 1
+
+
+def test_invalid_arguments_raise_in_the_caller_without_entering_a_batch(batched: QuotaEngine) -> None:
+    held = HeldFlusher(batched)  # a queued request would wait for it
+    try:
+        before = batched.batch_stats
+        with pytest.raises(InvalidRequest):
+            batched.reserve("root.a", {"fpga": -1, "x y": 1})
+        with pytest.raises(InvalidRequest):
+            batched.commit("")
+        with pytest.raises(InvalidRequest):
+            batched.release_reservation("not an id at all\n")
+        assert _flusher(batched).pending == 0
+    finally:
+        held.release()
+    assert batched.batch_stats.requests == before.requests + 1  # the holding step only
+
+
+def test_close_decides_what_is_queued_then_refuses(db_url: URL) -> None:
+    engine = QuotaEngine.from_url(db_url, batching=True, pool_size=4)
+    engine.set_limits("root.a", {"fpga": 10})
+    held = HeldFlusher(engine)
+    made: list[object] = []
+    callers = [
+        threading.Thread(target=lambda: made.append(engine.reserve("root.a", {"fpga": 1}))) for _ in range(5)
+    ]
+    for caller in callers:
+        caller.start()
+    while _flusher(engine).pending < 5:
+        time.sleep(0.005)
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    held.release()
+    closer.join(30)
+    for caller in callers:
+        caller.join(30)
+    assert not closer.is_alive()
+    assert len(made) == 5
+    with pytest.raises(DatabaseUnavailable):
+        engine.reserve("root.a", {"fpga": 1})
+    again = QuotaEngine.from_url(db_url)
+    try:
+        assert again.usage("root.a")["fpga"].reserved == 5
+    finally:
+        again.close()
+
+
+def test_bad_options_are_refused() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidRequest):
+            QuotaEngine.from_url("sqlite://", batching=True, max_batch=bad)  # type: ignore[arg-type]
+
+
+def test_a_connection_lost_mid_batch_retries_the_whole_batch(server_db_url: URL) -> None:
+    engine = QuotaEngine.from_url(server_db_url, batching=True, pool_size=4)
+    side = create_engine(server_db_url, isolation_level="AUTOCOMMIT")
+    postgres = server_db_url.get_backend_name() == "postgresql"
+    kills: list[int] = []
+
+    def killed_once(tx: LedgerTx) -> None:
+        if tx.attempt == 0:
+            me = tx.conn.execute(
+                text("SELECT pg_backend_pid()" if postgres else "SELECT CONNECTION_ID()")
+            ).scalar_one()
+            with side.connect() as conn:
+                conn.execute(
+                    text("SELECT pg_terminate_backend(:p)" if postgres else f"KILL {int(me)}"), {"p": me}
+                )
+            kills.append(me)
+        tx.conn.execute(text("SELECT 1"))
+
+    try:
+        engine.set_limits("root.a", {"fpga": 10})
+        flusher = _flusher(engine)
+        outcomes = in_one_batch(
+            engine,
+            [
+                lambda: engine.reserve("root.a", {"fpga": 1}, key="one"),
+                lambda: engine.reserve("root.a", {"fpga": 2}, key="two"),
+                lambda: engine.reserve("root.a", {"fpga": 3}),
+                lambda: flusher.run(killed_once, order=("~",)),  # the last step of the batch
+            ],
+        )
+        assert _errors(outcomes) == []
+        assert len(kills) == 1
+        assert engine.driver.retries["disconnect"] >= 1
+        assert engine.usage("root.a")["fpga"].reserved == 6
+        assert engine.get_by_key("one").id == outcomes[0][1].id
+        assert engine.get_by_key("two").id == outcomes[1][1].id
+        assert engine.audit() == []
+    finally:
+        engine.close()
+        side.dispose()
