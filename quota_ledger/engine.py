@@ -145,6 +145,8 @@ class QuotaEngine:
 
         with self.driver.translated():
             migrate.upgrade(self.driver.engine, revision)
+        if self.group_commit is not None:
+            self.group_commit.schema_changed()
 
     def close(self) -> None:
         """Release all database connections. With batching, the requests already queued are
@@ -387,7 +389,10 @@ class QuotaEngine:
             amounts=amounts,
             operation_id=operation_id,
         )
-        return resolve.raise_expired(self.group_commit.run(step))
+        fast = None
+        if amounts is None and self.group_commit.functions:
+            fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
+        return resolve.raise_expired(self.group_commit.run(step, fast=fast))
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
@@ -617,7 +622,12 @@ class QuotaEngine:
         if self.group_commit is None:
             return reserve.reserve(self.driver, self.rules, self.bounds, request)
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
-        return self.group_commit.run(step, (request.partition, request.queue))
+        fast = (
+            partial(reserve.by_function_in, rules=self.rules, request=request)
+            if self.group_commit.functions
+            else None
+        )
+        return self.group_commit.run(step, (request.partition, request.queue), fast)
 
     def _decide(self, step: Callable[[LedgerTx], T]) -> T:
         """Run ``step`` in a transaction of its own, or in the next batch with batching."""

@@ -14,7 +14,8 @@ exactly as on the Core path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import Connection as PsycopgConnection
@@ -22,6 +23,14 @@ from psycopg import Cursor
 from psycopg import Error as PsycopgError
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, exc
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One statement of a pipeline: its SQL and parameters."""
+
+    sql: str
+    params: Mapping[str, Any]
 
 
 class FastPath:
@@ -49,3 +58,20 @@ class FastPath:
             if closed:
                 self._conn.invalidate(error)
             raise exc.DBAPIError.instance(sql, dict(params), error, PsycopgError) from error
+
+    def pipelined(self, calls: Sequence[Call]) -> list[list[Any]]:
+        """Run ``calls`` in order in one round trip (psycopg's pipeline mode); each one's rows.
+        An error ends the pipeline: the statements after it do not run."""
+        raw: PsycopgConnection[Any] = self._conn.connection.driver_connection  # type: ignore[assignment]
+        sql = calls[0].sql if calls else ""
+        try:
+            with raw.pipeline():
+                cursors = [raw.cursor(row_factory=namedtuple_row) for _ in calls]
+                for cursor, call in zip(cursors, calls, strict=True):
+                    sql = call.sql
+                    cursor.execute(call.sql, call.params)
+                return [cursor.fetchall() for cursor in cursors]
+        except PsycopgError as error:
+            if raw.closed:
+                self._conn.invalidate(error)
+            raise exc.DBAPIError.instance(sql, {}, error, PsycopgError) from error

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Engine, exc
+from sqlalchemy import Connection, Engine, exc
 
 #: SQLSTATE of a function that leaves the case to the general path
 DECLINED = "QL001"
@@ -32,7 +32,20 @@ RESERVE = (
     " %(id_amounts)s::bigint[], %(id_limits)s::bigint[])"
 )
 COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
+# Inside a larger transaction (group commit, migration 0011): a decline returns NULL (no row).
+TRY_RESERVE = RESERVE.replace("quota_ledger_reserve(", "quota_ledger_try_reserve(", 1)
+TRY_COMMIT = COMMIT.replace("quota_ledger_commit(", "quota_ledger_try_commit(", 1)
+# whether those are installed (a schema at 0011 or later)
+HAS_TRY = (
+    "SELECT to_regproc('quota_ledger_try_commit') IS NOT NULL"
+    " AND to_regproc('quota_ledger_try_reserve') IS NOT NULL"
+)
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"
+
+
+def try_installed(conn: Connection) -> bool:
+    """Whether the database has the functions a batch calls (a schema at 0011 or later)."""
+    return bool(conn.exec_driver_sql(HAS_TRY).scalar())
 
 
 class Unavailable(Exception):

@@ -30,9 +30,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError
 
@@ -57,11 +59,23 @@ class BatchStats:
     fallbacks: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Quick(Generic[T]):
+    """A request decided by one call of a PostgreSQL function that is all or nothing by itself
+    and declines without aborting the transaction (``quota_ledger_try_*``): the call, and what
+    its rows mean (None: declined, the request's step decides)."""
+
+    call: Call
+    finish: Callable[[list[Any]], T | None]
+
+
 @dataclass(eq=False)
 class _Job:
     step: Callable[[LedgerTx], Any]
     #: jobs of a batch run in this order (stable): requests on one queue together
     order: tuple[str, ...]
+    #: the request's function call, if it has one now (PostgreSQL)
+    fast: Callable[[LedgerTx], Quick[Any] | None] | None = None
     future: Future[Any] = field(default_factory=Future)
 
 
@@ -85,6 +99,7 @@ class GroupCommit:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._stats = BatchStats()
+        self._functions: bool | None = None
 
     @property
     def stats(self) -> BatchStats:
@@ -97,10 +112,32 @@ class GroupCommit:
         with self._ready:
             return len(self._queue)
 
-    def run(self, step: Callable[[LedgerTx], T], order: Sequence[str] = ()) -> T:
+    @property
+    def functions(self) -> bool:
+        """Whether a batch may call the PostgreSQL functions that decline without aborting it
+        (``quota_ledger_try_*``, revision 0011); asked of the database once."""
+        if self._functions is None:
+            installed = self.driver.functions and self.driver.run(
+                lambda tx: pg_functions.try_installed(tx.conn)
+            )
+            self._functions = installed
+        return self._functions
+
+    def schema_changed(self) -> None:
+        """Ask the database again which functions it has (after a migration)."""
+        self._functions = None
+
+    def run(
+        self,
+        step: Callable[[LedgerTx], T],
+        order: Sequence[str] = (),
+        fast: Callable[[LedgerTx], Quick[T] | None] | None = None,
+    ) -> T:
         """Decide ``step`` in the next batch; its value once that batch has committed, or its
-        error. ``order``: where it goes in its batch (requests on one queue side by side)."""
-        job = _Job(step, tuple(order))
+        error. ``order``: where it goes in its batch (requests on one queue side by side).
+        ``fast``, when given, says which function call may decide the request (None: none);
+        a batch sends all of its calls in one round trip before it runs any step."""
+        job = _Job(step, tuple(order), fast)
         with self._ready:
             if self._closing:
                 raise DatabaseUnavailable("the engine is closed")
@@ -182,9 +219,30 @@ class GroupCommit:
 
 
 def _decide(tx: LedgerTx, jobs: Sequence[_Job]) -> list[Any]:
-    """The batch's transaction: every job's step in its own savepoint, in order."""
+    """The batch's transaction: the function calls of the jobs that have one, in order and in
+    one round trip; then, in order, the step of every other job and of every job whose call
+    declined, each in its own savepoint. That is the order the batch decides them in."""
+    decided: dict[int, Any] = {}
+    planned: list[tuple[int, Quick[Any]]] = []
+    for i, job in enumerate(jobs):
+        if job.fast is not None:
+            try:
+                quick = job.fast(tx)
+            except QuotaLedgerError:
+                quick = None  # nothing written: the step decides, and raises what it must
+            if quick is not None:
+                planned.append((i, quick))
+    if planned and tx.fast is not None:
+        answers = tx.fast.pipelined([quick.call for _, quick in planned])
+        for (i, quick), rows in zip(planned, answers, strict=True):
+            value = quick.finish(rows)
+            if value is not None:
+                decided[i] = value
     outcomes: list[Any] = []
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        if i in decided:
+            outcomes.append(decided[i])
+            continue
         hooks = len(tx.after_commit)
         savepoint = tx.conn.begin_nested()
         try:

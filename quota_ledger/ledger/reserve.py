@@ -28,8 +28,10 @@ from typing import Any
 from quota_ledger.config.rules import Rules
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.ledger.group_commit import Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking, validation
 from quota_ledger.model import limits as limit_rules
@@ -313,43 +315,67 @@ def call(
 ) -> datetime | None:
     """One call of ``ledger_reserve``, charging the ResourceQuota counters ``charges`` names and
     the application and user/group counters of ``identity``; None when it declined."""
-    resources = request.resources
-    names = sorted(resources)
-    counters = identity.counters
-    ttl = timedelta(seconds=request.ttl_seconds)
-    rows = driver.call(
-        pg_functions.RESERVE,
-        {
-            "id": request.reservation_id,
-            "partition": request.partition,
-            "key": request.key,
-            "request_hash": request.request_hash,
-            "queue": request.queue,
-            "resources": names,
-            "amounts": [resources[name] for name in names],
-            "ttl_us": ttl // timedelta(microseconds=1),
-            "priority_class": request.priority_class,
-            "kube": json.dumps(request.kube, sort_keys=True, separators=(",", ":")),
-            "version": rules.version,
-            "ns": dialect.ADVISORY_NAMESPACE,
-            "k": dialect.advisory_key(request.partition),
-            "quota_names": [key for key, _, _ in charges],
-            "quota_resources": [name for _, name, _ in charges],
-            "quota_amounts": [amount for _, _, amount in charges],
-            "user": identity.user,
-            "groups": json.dumps(list(identity.groups)) if identity.groups else None,
-            "application": identity.application,
-            "app_key": identity.app_key,
-            "group": identity.group,
-            "id_kinds": [c[0] for c in counters],
-            "id_names": [c[1] for c in counters],
-            "id_queues": [c[2] for c in counters],
-            "id_resources": [c[3] for c in counters],
-            "id_amounts": [c[4] for c in counters],
-            "id_limits": [c[5] for c in counters],
-        },
-    )
+    rows = driver.call(pg_functions.RESERVE, function_params(rules, request, charges, identity))
     if rows is None:
         return None
     now: datetime = rows[0][0]
     return now
+
+
+def function_params(
+    rules: Rules, request: Request, charges: Sequence[tuple[str, str, int]], identity: Identity
+) -> dict[str, Any]:
+    """The arguments of ``ledger_reserve`` for ``request`` under ``rules``."""
+    resources = request.resources
+    names = sorted(resources)
+    counters = identity.counters
+    ttl = timedelta(seconds=request.ttl_seconds)
+    return {
+        "id": request.reservation_id,
+        "partition": request.partition,
+        "key": request.key,
+        "request_hash": request.request_hash,
+        "queue": request.queue,
+        "resources": names,
+        "amounts": [resources[name] for name in names],
+        "ttl_us": ttl // timedelta(microseconds=1),
+        "priority_class": request.priority_class,
+        "kube": json.dumps(request.kube, sort_keys=True, separators=(",", ":")),
+        "version": rules.version,
+        "ns": dialect.ADVISORY_NAMESPACE,
+        "k": dialect.advisory_key(request.partition),
+        "quota_names": [key for key, _, _ in charges],
+        "quota_resources": [name for _, name, _ in charges],
+        "quota_amounts": [amount for _, _, amount in charges],
+        "user": identity.user,
+        "groups": json.dumps(list(identity.groups)) if identity.groups else None,
+        "application": identity.application,
+        "app_key": identity.app_key,
+        "group": identity.group,
+        "id_kinds": [c[0] for c in counters],
+        "id_names": [c[1] for c in counters],
+        "id_queues": [c[2] for c in counters],
+        "id_resources": [c[3] for c in counters],
+        "id_amounts": [c[4] for c in counters],
+        "id_limits": [c[5] for c in counters],
+    }
+
+
+# -- in a batch (group commit) -----------------------------------------------------------------
+def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quick[Reservation] | None:
+    """The call of ``ledger_try_reserve`` that reserves ``request`` inside a batch's
+    transaction (declining, it undoes its own changes); None when there is none or the
+    admission rules may refuse the request: the general path then decides."""
+    if tx.fast is None or not request.resources:
+        return None
+    known = rules.known(lambda step: step(tx))
+    charges = quota_charges(known, request)
+    if charges is None:
+        return None
+    params = function_params(known, request, charges, identity_of(known, request))
+
+    def finish(rows: list[Any]) -> Reservation | None:
+        created: datetime | None = rows[0][0]
+        return None if created is None else request.pending(created)
+
+    return Quick(Call(pg_functions.TRY_RESERVE, params), finish)

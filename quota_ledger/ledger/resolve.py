@@ -18,13 +18,16 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.ledger.group_commit import Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking
 from quota_ledger.model import limits as limit_rules
@@ -224,9 +227,26 @@ def commit_general(
 def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
     """Commit a pending reservation whole in one call; None when the function declined."""
     rows = driver.call(pg_functions.COMMIT, {"id": reservation_id, "op": operation_id})
-    if not rows:
+    return committed(reservation_id, rows[0]) if rows else None
+
+
+def by_function_in(
+    tx: LedgerTx, reservation_id: str, operation_id: str
+) -> Quick[tuple[Reservation, bool]] | None:
+    """The call of ``ledger_try_commit`` that commits a reservation whole inside a batch's
+    transaction, with an outcome of :func:`commit_general` (declining, it undoes its own
+    changes and the general path decides); None off PostgreSQL."""
+    if tx.fast is None:
         return None
-    row = rows[0]
+
+    def finish(rows: list[Any]) -> tuple[Reservation, bool] | None:
+        return (committed(reservation_id, rows[0]), False) if rows else None
+
+    return Quick(Call(pg_functions.TRY_COMMIT, {"id": reservation_id, "op": operation_id}), finish)
+
+
+def committed(reservation_id: str, row: Any) -> Reservation:
+    """The reservation a commit function returned as ``row``."""
     resources = dict(zip(row.resources, row.amounts, strict=True))
     return Reservation(
         id=reservation_id,

@@ -35,12 +35,24 @@ POD = {
 }
 
 
-@pytest.fixture
-def stopped(cluster: PgCluster) -> Iterator[tuple[QuotaEngine, str]]:
+#: the calls that group commit decides (``batching=True``); every other call is the same
+BATCHED = (
+    "reserve",
+    "reserve with key",
+    "reserve_pod",
+    "commit",
+    "partial commit",
+    "rollback",
+    "release_reservation",
+)
+
+
+@pytest.fixture(params=[False, True], ids=["per-call", "batching"])
+def stopped(cluster: PgCluster, request: pytest.FixtureRequest) -> Iterator[tuple[QuotaEngine, str]]:
     """An engine that has worked against the database, with every pooled connection closed
     and the server stopped: the next call has to open a connection."""
     url = cluster.create_database(f"outage_{uuid.uuid4().hex[:8]}")
-    engine = QuotaEngine.from_url(url)
+    engine = QuotaEngine.from_url(url, batching=request.param)
     engine.migrate()
     engine.set_limits("root.a", {"fpga": 10})
     engine.apply_namespace(NAMESPACE)
@@ -109,6 +121,8 @@ def test_every_call_on_a_stopped_database_raises_database_unavailable(
     engine, rid = stopped
     wrong: dict[str, str] = {}
     for name, call in _calls(engine, rid).items():
+        if engine.group_commit is not None and name not in BATCHED:
+            continue
         before = sum(engine.driver.retries.values())
         try:
             call()
@@ -128,6 +142,7 @@ def test_reserve_and_commit_retry_then_give_up_within_the_budget(
     stopped: tuple[QuotaEngine, str],
 ) -> None:
     engine, rid = stopped
+    batches = engine.batch_stats
     engine.driver.backoff_cap = 0.5  # the default budget
     calls: list[Callable[[], Any]] = [
         lambda: engine.reserve("root.a", {"fpga": 1}),
@@ -138,11 +153,15 @@ def test_reserve_and_commit_retry_then_give_up_within_the_budget(
         with pytest.raises(DatabaseUnavailable, match="gave up after 10 attempts"):
             call()
         assert 0.05 < time.monotonic() - started < 10
+    assert engine.batch_stats == batches  # nothing was decided
 
 
-def test_a_call_during_a_short_outage_is_served_once_the_database_is_back(cluster: PgCluster) -> None:
+@pytest.mark.parametrize("batching", [False, True], ids=["per-call", "batching"])
+def test_a_call_during_a_short_outage_is_served_once_the_database_is_back(
+    cluster: PgCluster, batching: bool
+) -> None:
     url = cluster.create_database(f"outage_{uuid.uuid4().hex[:8]}")
-    engine = QuotaEngine.from_url(url)
+    engine = QuotaEngine.from_url(url, batching=batching)
     engine.migrate()
     engine.set_limits("root.a", {"fpga": 10})
     engine.driver.backoff_base = 0.05  # a budget of about 4 s: long enough for a restart
@@ -155,6 +174,7 @@ def test_a_call_during_a_short_outage_is_served_once_the_database_is_back(cluste
         assert engine.commit(made.id).committed == {"fpga": 2}
         assert engine.driver.retries["disconnect"] > 0
         assert engine.usage("root.a")["fpga"].in_use == 2
+        assert engine.batch_stats.requests == (2 if batching else 0)
     finally:
         restarter.join()
         engine.close()
@@ -222,6 +242,7 @@ def test_http_answers_503_with_retry_after_while_the_database_is_down(cluster: P
         engine.close()
 
 
+@pytest.mark.parametrize("stopped", [False], ids=["per-call"], indirect=True)
 def test_cli_commands_on_a_stopped_database_exit_1_with_a_ledger_error(
     stopped: tuple[QuotaEngine, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

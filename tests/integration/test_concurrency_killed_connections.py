@@ -202,12 +202,13 @@ def _killer(url: URL, kill: Callable[[Connection], int], deadline: float, crew: 
 
 
 @pytest.mark.slow
-def test_killed_connections_lose_and_double_nothing(server_db_url: URL) -> None:
+@pytest.mark.parametrize("batching", [False, True], ids=["per-call", "batching"])
+def test_killed_connections_lose_and_double_nothing(server_db_url: URL, batching: bool) -> None:
     """PostgreSQL: pg_terminate_backend; MariaDB: KILL CONNECTION. Same checks on both."""
     backend = server_db_url.get_backend_name()
     kill = _kill_postgres if backend == "postgresql" else _kill_mariadb
     seed = random.randrange(2**32)
-    engine = QuotaEngine.from_url(server_db_url, pool_size=24)
+    engine = QuotaEngine.from_url(server_db_url, pool_size=24, batching=batching)
     # Far fewer retries than the default 10, so that callers do see DatabaseUnavailable and have to
     # retry themselves, which is what the idempotency key is for.
     engine.driver.max_attempts = 2
@@ -234,9 +235,11 @@ def test_killed_connections_lose_and_double_nothing(server_db_url: URL) -> None:
         crew.join([killer], _JOIN_GRACE)
         crew.check()
         stats, retries = dict(books.stats), dict(engine.driver.retries)
-        print(f"\n[{backend}] seed={seed} stats={stats} retries={retries}")
+        print(f"\n[{backend}] seed={seed} stats={stats} retries={retries} batches={engine.batch_stats}")
 
         assert stats.get("kills", 0) > 0, stats
+        if batching:
+            assert engine.batch_stats.requests > engine.batch_stats.batches > 0, engine.batch_stats
         assert retries.get("disconnect", 0) > 0, f"no transaction was interrupted: {retries}"
         assert any(k.startswith("unavailable_") for k in stats), f"no caller saw DatabaseUnavailable: {stats}"
         for what in ("reserved", "refused", "committed", "rolled_back", "rereserved"):
