@@ -392,7 +392,8 @@ class QuotaEngine:
         fast = None
         if amounts is None and self.group_commit.functions:
             fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
-        return resolve.raise_expired(self.group_commit.run(step, fast=fast))
+        alone = partial(self._commit_alone, reservation_id, amounts, operation_id)
+        return resolve.raise_expired(self.group_commit.run(step, fast=fast, alone=alone))
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
@@ -627,7 +628,13 @@ class QuotaEngine:
             if self.group_commit.functions
             else None
         )
-        return self.group_commit.run(step, (request.partition, request.queue), fast)
+        alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
+        return self.group_commit.run(step, (request.partition, request.queue), fast, alone)
+
+    def _commit_alone(
+        self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
+    ) -> tuple[Reservation, bool]:
+        return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id), False
 
     def _decide(self, step: Callable[[LedgerTx], T]) -> T:
         """Run ``step`` in a transaction of its own, or in the next batch with batching."""

@@ -65,12 +65,12 @@ class FastPath:
         raw: PsycopgConnection[Any] = self._conn.connection.driver_connection  # type: ignore[assignment]
         sql = calls[0].sql if calls else ""
         try:
-            with raw.pipeline():
-                cursors = [raw.cursor(row_factory=namedtuple_row) for _ in calls]
+            cursors = [raw.cursor(row_factory=namedtuple_row) for _ in calls]
+            with raw.pipeline():  # leaving it sends the statements and reads every result
                 for cursor, call in zip(cursors, calls, strict=True):
                     sql = call.sql
                     cursor.execute(call.sql, call.params)
-                return [cursor.fetchall() for cursor in cursors]
+            return [cursor.fetchall() for cursor in cursors]
         except PsycopgError as error:
             if raw.closed:
                 self._conn.invalidate(error)

@@ -3,9 +3,9 @@
 Each call that reaches a hot queue costs one transaction, one durable write (a WAL flush, a
 redo log flush) and one hold of the queue's counter locks; threads on one queue queue up behind
 each other's commits. With group commit the calling threads put their requests (a *step*: a
-function of one :class:`LedgerTx`) on a queue and wait; one flusher thread per engine takes
-whatever has queued, up to ``max_batch`` requests, and runs them in one transaction, each
-inside its own savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
+function of one :class:`LedgerTx`) on a queue, and one transaction at a time per engine takes
+whatever has queued, up to ``max_batch`` requests, and runs them, each inside its own
+savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
 :class:`ReservationNotFound`, ...) is rolled back to its savepoint and leaves the others alone,
 so a batch decides exactly what its requests, run one after another, would have decided.
 
@@ -15,11 +15,12 @@ is written to be run again; ``tx.attempt`` tells it a first attempt may have com
 other database error (a request the database itself rejects) would fail the whole batch: its
 requests are then decided again one transaction each, so each gets its own outcome.
 
-There is no timer and no window: the flusher starts a transaction as soon as one request is
-waiting, and the requests that arrive while it runs make up the next batch. A quiet ledger
-pays only the hand-over to the flusher thread; a busy one gets larger batches. A dedicated
-thread (rather than electing a caller as leader) keeps every caller's wait to its own batch and
-gives :meth:`GroupCommit.close` one thread to stop.
+There is no timer and no window, and no thread of its own: a caller that finds no batch under
+way leads, and starts a transaction at once; the requests that arrive while it runs make up
+the next batch, which the leader also decides if its own request is among them, or hands to
+the oldest waiting caller. A quiet ledger so runs each call in its caller's thread as without
+batching (no hand-over between threads, measured: a dedicated flusher thread doubled the
+median latency of a lone caller), and a busy one gets larger batches.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -76,7 +76,18 @@ class _Job:
     order: tuple[str, ...]
     #: the request's function call, if it has one now (PostgreSQL)
     fast: Callable[[LedgerTx], Quick[Any] | None] | None = None
-    future: Future[Any] = field(default_factory=Future)
+    #: how the request is decided alone (default: ``step`` in a transaction of its own)
+    alone: Callable[[], Any] | None = None
+    #: set when the job is decided, or when its thread is to lead the next batches
+    wake: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    lead: bool = False
+    value: Any = None
+    error: BaseException | None = None
+
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error, self.done = value, error, True
+        self.wake.set()
 
 
 class _Refused:
@@ -89,15 +100,17 @@ class _Refused:
 
 
 class GroupCommit:
-    """The request queue and flusher thread of one engine."""
+    """The request queue of one engine, and which of its callers leads the batches now."""
 
     def __init__(self, driver: DbQuotaDriver, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         self.driver = driver
         self.max_batch = max_batch
         self._queue: deque[_Job] = deque()
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        #: notified when no one leads and nothing is queued (for close)
+        self._idle = threading.Condition(self._lock)
+        self._leading = False
         self._closing = False
-        self._thread: threading.Thread | None = None
         self._stats = BatchStats()
         self._functions: bool | None = None
 
@@ -108,8 +121,8 @@ class GroupCommit:
 
     @property
     def pending(self) -> int:
-        """Requests waiting for a batch (not counting the one being decided)."""
-        with self._ready:
+        """Requests waiting for a batch (not counting those being decided)."""
+        with self._lock:
             return len(self._queue)
 
     @property
@@ -132,64 +145,78 @@ class GroupCommit:
         step: Callable[[LedgerTx], T],
         order: Sequence[str] = (),
         fast: Callable[[LedgerTx], Quick[T] | None] | None = None,
+        alone: Callable[[], T] | None = None,
     ) -> T:
         """Decide ``step`` in the next batch; its value once that batch has committed, or its
         error. ``order``: where it goes in its batch (requests on one queue side by side).
         ``fast``, when given, says which function call may decide the request (None: none);
-        a batch sends all of its calls in one round trip before it runs any step."""
-        job = _Job(step, tuple(order), fast)
-        with self._ready:
+        a batch sends all of its calls in one round trip before it runs any step. ``alone``
+        decides the request when it is the only one queued (default: ``step`` in a
+        transaction of its own): exactly as without batching, at no cost of its own.
+
+        The caller that finds no batch under way leads: it decides what is queued, its own
+        request with it, batch after batch until its own is decided, then hands the lead to
+        the oldest request still queued. The others wait for their outcome (or the lead)."""
+        job = _Job(step, tuple(order), fast, alone)
+        with self._lock:
             if self._closing:
                 raise DatabaseUnavailable("the engine is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._flush_loop, name="quota-ledger-group-commit", daemon=True
-                )
-                self._thread.start()
             self._queue.append(job)
-            self._ready.notify()
-        result: T = job.future.result()
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            job.wake.wait()
+        if not job.done:
+            self._lead(job)
+        if job.error is not None:
+            raise job.error
+        result: T = job.value
         return result
 
     def close(self) -> None:
-        """Stop taking requests, decide those already queued, and stop the flusher."""
-        with self._ready:
+        """Stop taking requests; return once those already queued are decided."""
+        with self._lock:
             self._closing = True
-            thread = self._thread
-            self._ready.notify()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            while self._leading or self._queue:
+                self._idle.wait()
 
-    # -- the flusher --------------------------------------------------------------------------
-    def _flush_loop(self) -> None:
-        while True:
-            with self._ready:
-                while not self._queue and not self._closing:
-                    self._ready.wait()
-                if not self._queue:
-                    return  # closing, and nothing left
-                jobs = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
-            try:
-                self._flush(jobs)
-            except BaseException as error:  # never leave a caller waiting
-                log.exception("group commit flusher failed")
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(error)
+    # -- leading ------------------------------------------------------------------------------
+    def _lead(self, mine: _Job) -> None:
+        try:
+            while not mine.done:
+                with self._lock:
+                    jobs = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                try:
+                    self._flush(jobs)
+                except BaseException as error:  # never leave a caller waiting
+                    log.exception("a batch failed")
+                    for job in jobs:
+                        if not job.done:
+                            job.resolve(error=error)
+                    raise
+        finally:
+            with self._lock:
+                if self._queue:
+                    successor = self._queue[0]
+                    successor.lead = True
+                    successor.wake.set()
+                else:
+                    self._leading = False
+                    self._idle.notify_all()
 
     def _flush(self, jobs: list[_Job]) -> None:
+        if len(jobs) == 1:
+            self._one_by_one(jobs, counted=True)
+            return
         jobs.sort(key=lambda job: job.order)
         try:
             outcomes = self.driver.run(lambda tx: _decide(tx, jobs))
         except DatabaseUnavailable as error:
             # Retries spent: each request alone would have met the same outage.
             for job in jobs:
-                job.future.set_exception(error)
+                job.resolve(error=error)
             return
         except Exception as error:  # a database error that is not transient
-            if len(jobs) == 1:
-                jobs[0].future.set_exception(error)
-                return
             log.warning("a batch of %d failed (%s): deciding its requests one by one", len(jobs), error)
             self._count(len(jobs), fallback=True)
             self._one_by_one(jobs)
@@ -197,16 +224,20 @@ class GroupCommit:
         self._count(len(jobs))
         for job, outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, _Refused):
-                job.future.set_exception(outcome.error)
+                job.resolve(error=outcome.error)
             else:
-                job.future.set_result(outcome)
+                job.resolve(outcome)
 
-    def _one_by_one(self, jobs: list[_Job]) -> None:
+    def _one_by_one(self, jobs: list[_Job], *, counted: bool = False) -> None:
+        """Decide each job alone; ``counted``: each as a batch of one, unless the database
+        could not be reached."""
         for job in jobs:
             try:
-                job.future.set_result(self.driver.run(job.step))
+                job.resolve(job.alone() if job.alone is not None else self.driver.run(job.step))
             except Exception as error:  # delivered to its caller
-                job.future.set_exception(error)
+                job.resolve(error=error)
+            if counted and not isinstance(job.error, DatabaseUnavailable):
+                self._count(1)
 
     def _count(self, size: int, *, fallback: bool = False) -> None:
         s = self._stats

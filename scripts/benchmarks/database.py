@@ -29,6 +29,16 @@ def local_url(text: str) -> URL:
     return url.set(drivername="postgresql+psycopg")
 
 
+def local_mariadb_url(text: str) -> URL:
+    """A MariaDB URL, with the PyMySQL driver, if it points at this machine; else refuse it."""
+    url = make_url(text)
+    if url.get_backend_name() not in ("mysql", "mariadb"):
+        raise BenchError(f"--mariadb takes a MariaDB URL, not {url.get_backend_name()!r}")
+    if url.host and url.host not in LOCAL_HOSTS:
+        raise BenchError(f"refusing to benchmark a non-local server {url.host!r}: use 127.0.0.1")
+    return url.set(drivername="mysql+pymysql")
+
+
 def libpq_params(url: URL) -> dict[str, Any]:
     """The URL as libpq keywords (for psycopg and for pgbench's flags)."""
     params: dict[str, Any] = {"dbname": url.database or "postgres"}

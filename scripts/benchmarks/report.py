@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, http, kube, sweep, throughput
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -57,6 +57,8 @@ def markdown(
         lines += http_section(meta["http"])
     if meta.get("cold") is not None:
         lines += cold_section(cfg, meta["cold"])
+    if meta.get("group_commit") is not None:
+        lines += group_commit_section(cfg, meta["group_commit"])
     return "\n".join(lines)
 
 
@@ -240,3 +242,40 @@ def write_json(
     }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     log(f"wrote {path}")
+
+
+def group_commit_section(cfg: Config, results: list[dict[str, Any]]) -> list[str]:
+    target = group_commit.TARGET_P99_MS
+    lines = [
+        "",
+        f"### group commit: reserve+commit pairs/s on one hot queue, one transaction per call vs "
+        f"batching=True ({cfg.seconds:g} s per cell, median of {cfg.repeat}, side by side)",
+        "",
+        "| backend | threads | per call | batching | batching / per call |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for result in results:
+        for threads, runs in result["threads"].items():
+            per_call, batching = median(runs["per-call"]), median(runs["batching"])
+            lines.append(
+                f"| {result['backend']} | {threads} | {fmt_rate(per_call)} | {fmt_rate(batching)} "
+                f"| {batching / per_call:.2f} |"
+            )
+    lines += [
+        "",
+        "Requests per batch (mean): "
+        + ", ".join(f"{r['backend']} {r['requests_per_batch']:.1f}" for r in results)
+        + ".",
+        "",
+        f"A quiet caller, {group_commit.PACED_RATE:g} calls/s (reserve, commit, ...), latency per call:",
+        "",
+        f"| backend | per call p50 / p99 ms | batching p50 / p99 ms | p99 < {target:g} ms |",
+        "|---|--:|--:|--:|",
+    ]
+    for result in results:
+        one, many = result["paced"]["per-call"], result["paced"]["batching"]
+        lines.append(
+            f"| {result['backend']} | {one['p50_ms']:.1f} / {one['p99_ms']:.1f} "
+            f"| {many['p50_ms']:.1f} / {many['p99_ms']:.1f} | {'✓' if many['p99_ms'] < target else '✗'} |"
+        )
+    return lines

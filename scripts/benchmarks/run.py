@@ -16,7 +16,7 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import cold, hierarchy, http, kube, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, http, kube, sweep, throughput
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -57,6 +57,8 @@ def bench(cfg: Config) -> int:
             meta["kube"] = kube.run(cfg)
         if cfg.http:
             meta["http"] = http.run(cfg)
+        if cfg.group_commit:
+            meta["group_commit"] = group_commit.run(cfg)
     if cfg.cold:
         meta["cold"] = cold.run(cfg)
     meta["total_s"] = time.perf_counter() - started
@@ -71,6 +73,7 @@ def bench(cfg: Config) -> int:
         and not meta.get("kube", {}).get("audit")
         and not meta.get("http", {}).get("audit")
         and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
+        and not any(each["audit"] for each in meta.get("group_commit", []))
     )
     # A comparison with a replica that sends something else is meaningless: fail loudly.
     same_shape = meta.get("shape", {}).get("identical", True)

@@ -53,6 +53,7 @@ class Config:
     cold_only: bool
     cold_backends: list[str]
     mariadb_url: str
+    group_commit: bool
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -130,6 +131,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         "(default: $QUOTA_LEDGER_BENCH_MARIADB_URL or %(default)s)",
     )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
+    parser.add_argument(
+        "--group-commit",
+        action="store_true",
+        help="also measure batching=True vs one transaction per call on one hot queue (16 and 64 "
+        "threads, and a paced caller), on PostgreSQL, MariaDB (--mariadb) and SQLite",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,6 +199,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         cold_only=bool(args.cold_only),
         cold_backends=cold_backends,
         mariadb_url=args.mariadb,
+        group_commit=bool(args.group_commit),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,
