@@ -53,7 +53,10 @@ class QuotaEngine:
     """Reserve resources against queue limits, then commit or roll back.
 
     Every method is one database transaction (retried as a whole on transient failures) and
-    is all-or-nothing: it either applies completely or raises and changes nothing.
+    is all-or-nothing: it either applies completely or raises and changes nothing. With
+    ``batching=True``, concurrent reservations, commits, rollbacks and releases of reservations
+    are decided together, up to ``max_batch`` per transaction, each with the outcome it would
+    have had alone (see :mod:`quota_ledger.ledger.group_commit`).
     """
 
     def __init__(

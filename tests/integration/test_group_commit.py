@@ -29,6 +29,7 @@ from quota_ledger import (
     ReservationStateError,
 )
 from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.ledger import reserve
 from quota_ledger.ledger.group_commit import GroupCommit
 
 Outcome = tuple[str, Any]  # ("ok", value) or ("error", exception)
@@ -356,3 +357,46 @@ def test_a_connection_lost_mid_batch_retries_the_whole_batch(server_db_url: URL)
     finally:
         engine.close()
         side.dispose()
+
+
+def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url: URL) -> None:
+    engine = QuotaEngine.from_url(postgres_url, batching=True)
+    try:
+        engine.set_limits("root.a", {"fpga": 1})
+        made = engine.reserve("root.a", {"fpga": 1})
+        flusher = _flusher(engine)
+        assert flusher.functions
+
+        def declined_then_committed(tx: LedgerTx) -> tuple[int, int, str]:
+            # an unknown id: the commit declines; the transaction goes on
+            missing = tx.conn.execute(
+                text("SELECT count(*) FROM quota_ledger_try_commit('nope', 'op')")
+            ).scalar_one()
+            request = reserve.build(
+                partition="default",
+                queue="root.a",
+                resources={"fpga": 1},
+                user=None,
+                groups=(),
+                application=None,
+                ttl=None,
+                default_ttl=300.0,
+                key=None,
+                kube={"usage": {}, "scopes": {"priorityClass": None}},
+                namespace="a",
+            )
+            quick = reserve.by_function_in(tx, engine.rules, request)
+            assert quick is not None
+            over = tx.fast.pipelined([quick.call]) if tx.fast is not None else [[(None,)]]
+            assert quick.finish(over[0]) is None  # over the limit: declined, nothing written
+            done = tx.conn.execute(
+                text("SELECT count(*) FROM quota_ledger_try_commit(:id, 'op')"), {"id": made.id}
+            )
+            return int(missing), int(done.scalar_one()), tx.conn.execute(text("SELECT 'alive'")).scalar_one()
+
+        assert flusher.run(declined_then_committed) == (0, 1, "alive")
+        assert engine.get(made.id).state is ReservationState.COMMITTED
+        assert engine.usage("root.a")["fpga"].in_use == 1
+        assert engine.audit() == []
+    finally:
+        engine.close()

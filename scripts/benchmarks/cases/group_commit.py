@@ -98,7 +98,10 @@ def measure(cfg: Config, db_url: URL, backend: str) -> dict[str, Any]:
                 workers = [
                     LibraryWorker(engines[mode], lambda _r: HOT_QUEUE, 97 * round_ + i) for i in range(count)
                 ]
-                return run_threads(workers, cfg.warmup, cfg.seconds).pairs_per_s
+                try:
+                    return run_threads(workers, cfg.warmup, cfg.seconds).pairs_per_s
+                finally:
+                    engines[mode].driver.engine.dispose()  # 64 connections are not kept open
 
             rounds = list(
                 side_by_side(
