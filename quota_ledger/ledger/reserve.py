@@ -378,4 +378,4 @@ def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quic
         created: datetime | None = rows[0][0]
         return None if created is None else request.pending(created)
 
-    return Quick(Call(pg_functions.TRY_RESERVE, params), finish)
+    return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish)

@@ -242,7 +242,8 @@ def by_function_in(
     def finish(rows: list[Any]) -> tuple[Reservation, bool] | None:
         return (committed(reservation_id, rows[0]), False) if rows else None
 
-    return Quick(Call(pg_functions.TRY_COMMIT, {"id": reservation_id, "op": operation_id}), finish)
+    params = {"id": reservation_id, "op": operation_id}
+    return Quick(Call(pg_functions.TRY_COMMIT, params), Call(pg_functions.COMMIT, params), finish)
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:
