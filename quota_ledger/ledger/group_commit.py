@@ -9,6 +9,12 @@ savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
 :class:`ReservationNotFound`, ...) is rolled back to its savepoint and leaves the others alone,
 so a batch decides exactly what its requests, run one after another, would have decided.
 
+On PostgreSQL the plain reserves and whole commits of a batch are function calls, sent in one
+pipelined round trip before any other step. While none has declined lately they go plain; one
+that declines aborts the transaction, which then runs again with every call guarded
+(``quota_ledger_try_*``: an exception block, so a decline undoes only that call), as do the
+next batches: a guard is a subtransaction, which costs about a third more server time a call.
+
 Every caller learns its outcome only after the batch's transaction has committed. The driver
 retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
 is written to be run again; ``tx.attempt`` tells it a first attempt may have committed). Any
@@ -227,7 +233,9 @@ class GroupCommit:
         except DatabaseUnavailable as error:
             # Retries spent: each request alone would have met the same outage.
             for job in jobs:
-                job.resolve(error=error)
+                each = DatabaseUnavailable(str(error))  # one per caller: raised in its thread
+                each.__cause__ = error
+                job.resolve(error=each)
             return
         except Exception as error:  # a database error that is not transient
             log.warning("a batch of %d failed (%s): deciding its requests one by one", len(jobs), error)
