@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import docs, errors, ops, routes, ui, yunikorn
+from quota_ledger.http import batch, docs, errors, ledger_ops, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.metrics import Metrics
@@ -80,6 +81,8 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     metrics = Metrics(engine)
     auth = Authenticator(engine, settings.token_cache_seconds)
     stop = threading.Event()
+    # POST /v1/batch runs its operations here, one thread each.
+    executor = ThreadPoolExecutor(batch_threads(settings), thread_name_prefix="quota-ledger-batch")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -108,6 +111,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
             stop.set()
             if thread is not None:
                 thread.join(timeout=10)
+            executor.shutdown(wait=True, cancel_futures=True)
 
     app = FastAPI(
         title="quota-ledger",
@@ -123,6 +127,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     errors.install(app)
     app.include_router(ops.build(engine, auth, metrics))
     app.include_router(routes.build(engine, auth, metrics))
+    app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics), executor))
     app.include_router(yunikorn.build(engine, auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
@@ -132,3 +137,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.state.engine = engine
     app.state.metrics = metrics
     return app
+
+
+def batch_threads(settings: Settings) -> int:
+    """Threads that run the operations of ``POST /v1/batch``: as many as the engine pools
+    connections."""
+    return settings.pool_size
