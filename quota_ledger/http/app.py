@@ -81,8 +81,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     metrics = Metrics(engine)
     auth = Authenticator(engine, settings.token_cache_seconds)
     stop = threading.Event()
-    # POST /v1/batch runs its operations here, one thread each.
-    executor = ThreadPoolExecutor(batch_threads(settings), thread_name_prefix="quota-ledger-batch")
+    # POST /v1/batch runs its operations here, one thread each, so that group commit decides
+    # them together.
+    executor = ThreadPoolExecutor(batch_threads(engine, settings), thread_name_prefix="quota-ledger-batch")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -139,7 +140,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     return app
 
 
-def batch_threads(settings: Settings) -> int:
-    """Threads that run the operations of ``POST /v1/batch``: as many as the engine pools
-    connections."""
+def batch_threads(engine: QuotaEngine, settings: Settings) -> int:
+    """Threads that run the operations of ``POST /v1/batch``: a whole batch of the engine's
+    group commit with batching, else as many as it pools connections."""
+    if engine.group_commit is not None:
+        return engine.group_commit.max_batch
     return settings.pool_size

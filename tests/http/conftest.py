@@ -18,8 +18,11 @@ from quota_ledger.service.settings import Settings
 
 
 @pytest.fixture
-def service(postgres_url: URL) -> Iterator[Service]:
-    engine = QuotaEngine.from_url(postgres_url, pool_size=20)
+def service(request: pytest.FixtureRequest, postgres_url: URL) -> Iterator[Service]:
+    """The service on its own engine; ``indirect`` parametrization passes engine options
+    (``{"batching": True}``)."""
+    options = getattr(request, "param", {})
+    engine = QuotaEngine.from_url(postgres_url, pool_size=20, **options)
     engine.migrate()
     issued = {role: tokens.add(engine, f"test-{role}", role) for role in tokens.ROLES}
     issued["team-a"] = tokens.add(engine, "team-a", "service", partition="default", queue="root.a")

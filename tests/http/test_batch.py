@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from http_support import Service
 
 from quota_ledger.http import batch
@@ -13,6 +15,9 @@ LIMITS = {"partitions": [{"name": "default", "queues": [{"name": "root", "queues
     {"name": "b", "resources": {"max": {"fpga": 4}}},
 ]}]}]}  # fmt: skip
 ZERO_ID = "00000000-0000-0000-0000-000000000000"
+BATCHING = {"batching": True}
+#: the service's default: group commit decides the operations of a batch together
+with_batching = pytest.mark.parametrize("service", [BATCHING], indirect=True)
 
 
 def _configure(service: Service) -> None:
@@ -29,6 +34,7 @@ def _batch(service: Service, role: str, operations: list[dict[str, Any]]) -> lis
     return results
 
 
+@pytest.mark.parametrize("service", [{"batching": False}, BATCHING], indirect=True)
 def test_successes_and_failures_of_one_batch_come_back_in_order(service: Service) -> None:
     _configure(service)
     results = _batch(
@@ -75,6 +81,7 @@ def test_successes_and_failures_of_one_batch_come_back_in_order(service: Service
     assert service.engine.get(made["id"]).state.value in ("committed", "rolled_back")
 
 
+@with_batching
 def test_each_result_is_what_the_single_request_answers(service: Service) -> None:
     _configure(service)
     requests = [
@@ -103,6 +110,7 @@ def test_each_result_is_what_the_single_request_answers(service: Service) -> Non
     assert again == {"status": 200, "body": rolled}
 
 
+@with_batching
 def test_a_restricted_token_is_held_to_its_queue_per_operation(service: Service) -> None:
     _configure(service)
     other = service.engine.reserve("root.b", {"fpga": 1})
@@ -127,6 +135,7 @@ def test_a_restricted_token_is_held_to_its_queue_per_operation(service: Service)
         assert anonymous.post("/v1/batch", json={"operations": []}).status_code == 401
 
 
+@with_batching
 def test_a_batch_carries_a_bounded_number_of_operations(service: Service) -> None:
     unknown = {"op": "nothing"}
     with service.client("service") as api:
@@ -139,3 +148,39 @@ def test_a_batch_carries_a_bounded_number_of_operations(service: Service) -> Non
     assert over.json()["error"]["code"] == "invalid_request"
     assert over.json()["error"]["details"]["field"] == "operations"
     assert shapeless.status_code == 422
+
+
+@with_batching
+def test_concurrent_requests_and_batches_on_one_queue_add_up(service: Service) -> None:
+    _configure(service)
+    with service.client("admin") as admin:
+        assert admin.put("/v1/queues/root.a/limits", json={"resources": {"fpga": 10_000}}).status_code == 200
+
+    def singles(_: int) -> int:
+        with service.client("service") as api:
+            for _ in range(10):
+                made = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"fpga": 1}})
+                assert made.status_code == 201, made.text
+                assert api.post(f"/v1/reservations/{made.json()['id']}/commit").status_code == 200
+        return 10
+
+    def batches(_: int) -> int:
+        made = _batch(
+            service, "service", [{"op": "reserve", "queue": "root.a", "resources": {"fpga": 1}}] * 50
+        )
+        ids = [r["body"]["id"] for r in made if r["status"] == 201]
+        done = _batch(service, "service", [{"op": "commit", "id": rid} for rid in ids])
+        return sum(r["status"] == 200 for r in done)
+
+    with ThreadPoolExecutor(8) as pool:
+        committed = sum(pool.map(singles, range(4))) + sum(pool.map(batches, range(4)))
+    assert committed == 4 * 10 + 4 * 50
+    usage = service.engine.usage("root.a")["fpga"]
+    assert (usage.in_use, usage.reserved) == (committed, 0)
+    assert service.engine.audit() == []
+    assert service.engine.batch_stats.largest > 1
+    with service.client("reader") as reader:
+        text = reader.get("/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith("quota_ledger_group_commit_requests_total "))
+    decided = float(line.split()[1])
+    assert decided >= committed * 2
