@@ -14,6 +14,7 @@ from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import batch, docs, errors, ledger_ops, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.fast_lane import FastLane
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.service import sweeper
 from quota_ledger.service.settings import Settings
@@ -132,6 +133,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(yunikorn.build(engine, auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
+    app.add_middleware(FastLane, auth=auth, ops=ledger_ops.LedgerOps(engine, metrics))
     app.add_middleware(BodyLimit)
     if settings.access_log != "off":
         app.add_middleware(AccessLog, fmt=settings.access_log)  # outermost: sees every answer, 413 too
