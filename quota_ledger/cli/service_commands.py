@@ -39,7 +39,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="decide concurrent reservations, commits and rollbacks many per transaction "
-        "(env QUOTA_LEDGER_BATCHING, default off)",
+        "(env QUOTA_LEDGER_BATCHING, default on)",
     )
     p.add_argument(
         "--max-batch",

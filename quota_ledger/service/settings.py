@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
     batching: bool = Field(
-        False,
+        True,
         description="decide concurrent reservations, commits and rollbacks many per database "
         "transaction (group commit); off: one transaction each",
     )

@@ -16,7 +16,7 @@ LIMITS = {"partitions": [{"name": "default", "queues": [{"name": "root", "queues
 ]}]}]}  # fmt: skip
 ZERO_ID = "00000000-0000-0000-0000-000000000000"
 BATCHING = {"batching": True}
-#: group commit decides the operations of a batch together
+#: the service's default: group commit decides the operations of a batch together
 with_batching = pytest.mark.parametrize("service", [BATCHING], indirect=True)
 
 

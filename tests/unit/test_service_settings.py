@@ -10,25 +10,25 @@ from quota_ledger.cli import parser
 from quota_ledger.service.settings import Settings
 
 
-def test_the_service_runs_one_transaction_per_call_by_default() -> None:
+def test_the_service_batches_by_default() -> None:
     settings = Settings(db="sqlite://")  # type: ignore[call-arg]
-    assert (settings.engine_options()["batching"], settings.engine_options()["max_batch"]) == (False, 256)
+    assert (settings.engine_options()["batching"], settings.engine_options()["max_batch"]) == (True, 256)
     engine = QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
     try:
-        assert engine.group_commit is None
+        assert engine.group_commit is not None
+        assert engine.group_commit.max_batch == 256
     finally:
         engine.close()
 
 
 def test_batching_and_max_batch_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("QUOTA_LEDGER_BATCHING", "true")
+    monkeypatch.setenv("QUOTA_LEDGER_BATCHING", "false")
     monkeypatch.setenv("QUOTA_LEDGER_MAX_BATCH", "64")
     settings = Settings(db="sqlite://")  # type: ignore[call-arg]
-    assert (settings.batching, settings.max_batch) == (True, 64)
+    assert (settings.batching, settings.max_batch) == (False, 64)
     engine = QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
     try:
-        assert engine.group_commit is not None
-        assert engine.group_commit.max_batch == 64
+        assert engine.group_commit is None
     finally:
         engine.close()
 
