@@ -24,6 +24,7 @@ from quota_ledger.ledger import (
     configure,
     expire,
     group_commit,
+    queue_limits,
     reads,
     release,
     reserve,
@@ -175,11 +176,14 @@ class QuotaEngine:
     ) -> int:
         """Set the named resources' limits on ``queue``'s subtree; None removes a limit.
 
-        Resources not named keep their limits. This edits the stored configuration (the
-        queue's ``resources.max``) and applies it through the same validation as
-        :meth:`apply_config`; root's limits are the partition's capacity, kept next to it.
-        Lowering a limit below current usage is allowed: nothing is evicted, new reservations
-        are refused until usage drops. Returns the new configuration version.
+        Resources not named keep their limits. This edits the queue's ``resources.max`` in the
+        configuration as a new version, refused exactly when :meth:`apply_config` would refuse
+        the edited configuration; root's limits are the partition's capacity, kept next to it.
+        On a configured queue it checks and changes only that queue (its path and subtree), so
+        its cost does not grow with the configuration; a queue not configured yet is added
+        through a whole new version. Lowering a limit below current usage is allowed: nothing
+        is evicted, new reservations are refused until usage drops. Returns the new
+        configuration version (the one in force when nothing changes).
         """
         validation.partition(partition)
         validation.queue(queue)
@@ -188,8 +192,9 @@ class QuotaEngine:
         wanted = parse_limits(resources)
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
-        edit = configure.set_queue_max(partition, queue, wanted)
-        return self.driver.run(lambda tx: self._apply(tx, edit))
+        return self.driver.run(
+            lambda tx: queue_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
+        )
 
     # -- configuration -----------------------------------------------------------------------
     def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:

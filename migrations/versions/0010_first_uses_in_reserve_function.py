@@ -9,7 +9,7 @@ transaction, as the general path does, before it locks any counter. It takes one
 the limit each user/group counter is created with.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-24
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 from quota_ledger.driver import sql
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

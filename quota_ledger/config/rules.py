@@ -8,11 +8,13 @@ against (YuniKorn's ``ensureGroup`` walk).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from quota_ledger.config import layered
 from quota_ledger.config.amounts import parse_config_resources
 from quota_ledger.config.model import Queue, SchedulerConfig
+from quota_ledger.config.queue_max import ROOT, text
 from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.admission import AdmissionConfig
@@ -146,6 +148,26 @@ class Rules:
 
     def partition(self, name: str) -> PartitionRules:
         return self.partitions.get(name) or PartitionRules(name)
+
+
+def with_queue_max(
+    rules: Rules, version: int, partition: str, queue: str, limits: Mapping[str, int | None]
+) -> Rules:
+    """``rules`` as the next version, in which ``queue``'s max (root: the partition's capacity)
+    got ``limits`` (None removes one); shares every other queue's rules with ``rules``."""
+    current = rules.partition(partition)
+    if queue == ROOT:
+        capacity = {**current.capacity, **limits}
+        changed = replace(current, capacity={r: v for r, v in sorted(capacity.items()) if v is not None})
+    else:
+        rule = current.queues[queue]
+        texts = {r: text(r, v) for r, v in rule.max.items()}
+        texts.update({r: text(r, v) for r, v in limits.items() if v is not None})
+        for resource in (r for r, v in limits.items() if v is None):
+            texts.pop(resource, None)
+        rule = replace(rule, max=parse_config_resources(texts))
+        changed = replace(current, queues=layered.updated(current.queues, {queue: rule}))
+    return Rules(version, {**rules.partitions, partition: changed})
 
 
 def compile_config(

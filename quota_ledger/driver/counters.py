@@ -100,6 +100,20 @@ _USAGE_ROWS = select(*_COUNTER_COLUMNS).where(
 _LIMITS_AT = select(*_COUNTER_COLUMNS).where(
     _U.partition == bindparam("p"), _U.scope_type == SUBTREE, _U.scope == bindparam("q")
 )
+# lock_limits_at: locks the limits set on one queue for the given resources (step 6; limit
+# changes under the exclusive partition lock). Equality on the scope keeps it an index range
+# whatever the statistics say (a list of scopes may be planned as a scan of every limit).
+_LOCK_LIMITS_AT = (
+    _in_index_order(select(*_COUNTER_COLUMNS))
+    .where(
+        _U.partition == bindparam("p"),
+        _U.scope_type == SUBTREE,
+        _U.scope == bindparam("q"),
+        _U.resource.in_(bindparam("resources", expanding=True)),
+    )
+    .order_by(_U.resource)
+    .with_for_update()
+)
 # apply_counter_deltas: adds to counters this transaction has locked.
 _APPLY = (
     update(quota_usages)
@@ -217,6 +231,14 @@ class CounterStatements:
         rows = self.conn.execute(
             _LOCK_QUEUE_BELOW, {"p": partition, "q": queue, "lo": lo, "hi": hi, "resources": resources}
         ).all()
+        return [_counter(row) for row in rows]
+
+    def lock_limits_at(self, partition: str, queue: str, resources: Iterable[str]) -> list[Counter]:
+        """Lock the limits set on ``queue`` for ``resources``, in canonical order."""
+        resources = sorted(set(resources))
+        if not resources:
+            return []
+        rows = self.conn.execute(_LOCK_LIMITS_AT, {"p": partition, "q": queue, "resources": resources})
         return [_counter(row) for row in rows]
 
     def limits_at(self, partition: str, queue: str) -> list[Counter]:

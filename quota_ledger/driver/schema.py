@@ -239,7 +239,25 @@ quota_configs = Table(
         comment="JSON {partition: {quotas: {ns/name: {queue, manifest}}, admission: manifest}}",
     ),
     Column("created_at", timestamp_type(), nullable=False),
-    comment="Every configuration ever applied; quota_config_head names the one in force.",
+    comment=(
+        "Whole configurations: every apply_config and Kubernetes objects edit. Version V in force "
+        "is the newest row with version <= V plus quota_config_changes in (that version, V]."
+    ),
+)
+
+quota_config_changes = Table(
+    "quota_config_changes",
+    metadata,
+    Column("version", Integer, nullable=False, comment="the configuration version it made"),
+    Column("partition", name_type(64), nullable=False),
+    Column("queue", name_type(255), nullable=False, comment="the queue whose max changed; root: capacity"),
+    Column("resource", name_type(253), nullable=False),
+    Column("hard_limit", BigInteger, nullable=True, comment="the new limit (base units); NULL: removed"),
+    Column("created_at", timestamp_type(), nullable=False),
+    PrimaryKeyConstraint("version", "partition", "queue", "resource"),
+    comment=(
+        "One queue's max set by set_limits, one row per resource, without copying the whole configuration."
+    ),
 )
 
 quota_identity_usages = Table(

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from quota_ledger.config import diff as config_diff
-from quota_ledger.config import identity, model
+from quota_ledger.config import identity, model, queue_max
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.tx import LedgerTx
@@ -304,57 +304,14 @@ EMPTY_DOCUMENT = ConfigProblem(
 
 
 def set_queue_max(partition: str, queue: str, limits: Mapping[str, int | None]) -> Edit:
-    """An edit that sets (or with None removes) ``queue``'s max resources in the stored config.
-
-    ``root`` has no max in YuniKorn's format (its max is the cluster size), so root limits
-    are kept as the partition's capacity next to the document.
-    """
+    """An edit that sets (or with None removes) ``queue``'s max resources in the stored config,
+    adding the queue when missing (see :func:`quota_ledger.config.queue_max.set_queue_max`)."""
 
     def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
-        if queue == "root":
-            current = capacity.setdefault(partition, {})
-            for resource, value in limits.items():
-                if value is None:
-                    current.pop(resource, None)
-                else:
-                    current[resource] = value
-            if not current:
-                del capacity[partition]
-            return document, capacity
-        node = _queue_node(document, partition, queue)
-        resources = node.setdefault("resources", {})
-        maximum = resources.setdefault("max", {})
-        for resource, value in limits.items():
-            if value is None:
-                maximum.pop(resource, None)
-            else:
-                # YuniKorn's config counts only vcore in milli-units: store exact base units.
-                maximum[resource] = f"{value}m" if resource == "vcore" else str(value)
-        if not maximum:
-            del resources["max"]
-        if not resources:
-            del node["resources"]
+        queue_max.set_queue_max(document, capacity, partition, queue, limits)
         return document, capacity
 
     return edit
-
-
-def _queue_node(document: Document, partition: str, queue: str) -> dict[str, Any]:
-    parts = document.setdefault("partitions", [])
-    found = next((p for p in parts if _partition_name(p.get("name", "")) == partition), None)
-    if found is None:
-        found = {"name": partition, "queues": [{"name": "root"}]}
-        parts.append(found)
-    level: list[dict[str, Any]] = found.setdefault("queues", [])
-    node: dict[str, Any] | None = None
-    for segment in queue.split("."):
-        node = next((q for q in level if q.get("name") == segment), None)
-        if node is None:
-            node = {"name": segment}
-            level.append(node)
-        level = node.setdefault("queues", [])
-    assert node is not None
-    return node
 
 
 def _partition_name(name: str) -> str:
@@ -371,7 +328,7 @@ def set_namespace_max(partition: str, queue: str, limits: Mapping[str, int] | No
     def edit(document: Document, capacity: Capacity) -> tuple[Any, Capacity]:
         if limits is None and not _has_queue(document, partition, queue):
             return document, capacity
-        node = _queue_node(document, partition, queue)
+        node = queue_max.queue_node(document, partition, queue)
         current = node.get("resources", {}).get("max", {})
         wanted: dict[str, int | None] = {res: None for res in current}
         wanted.update(limits or {})

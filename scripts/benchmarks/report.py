@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, set_limits, sweep, throughput
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -63,6 +63,8 @@ def markdown(
         lines += group_commit_section(cfg, meta["group_commit"])
     if meta.get("hot") is not None:
         lines += hot_section(meta["hot"])
+    if meta.get("set_limits") is not None:
+        lines += set_limits_section(meta["set_limits"])
     return "\n".join(lines)
 
 
@@ -245,6 +247,38 @@ def hot_section(result: dict[str, Any]) -> list[str]:
 
 def _plain(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def set_limits_section(result: dict[str, Any]) -> list[str]:
+    sizes = result["sizes"]
+    medians = {int(size): value for size, value in result["median_s"].items()}
+    ratio = result["ratio"]
+    target = set_limits.TARGET_SET_LIMITS_COST
+    lines = [
+        "",
+        f"### set_limits on one queue: per-call median of {result['calls']} calls, "
+        f"{len(result['rounds'])} round(s), sizes side by side",
+        "",
+        "| configured queues | setup (one apply_config) | set_limits per call |",
+        "|--:|--:|--:|",
+    ]
+    for size in sizes:
+        setup = result["setup_s"][size] if size in result["setup_s"] else result["setup_s"][str(size)]
+        lines.append(f"| {int(size):,} | {setup:.1f} s | {medians[int(size)] * 1000:.2f} ms |")
+    lines += [
+        "",
+        f"{int(sizes[-1]):,} vs {int(sizes[0]):,} queues: {ratio:.2f}x (≤ {target}) "
+        f"{'✓' if ratio <= target else '✗'}; audit() "
+        f"{'clean' if not result['audit'] else str(len(result['audit'])) + ' DRIFTS'}.",
+    ]
+    if "sequence" in result:
+        calls, seconds = result["sequence"]["calls"], result["sequence"]["seconds"]
+        minutes = 100_000 * seconds / calls / 60
+        lines.append(
+            f"{calls:,} calls in a row at {int(sizes[-1]):,} queues: {seconds:.1f} s "
+            f"({calls / seconds:.0f} calls/s; 100,000 calls at that rate: {minutes:.1f} min)."
+        )
+    return lines
 
 
 def write_json(

@@ -58,6 +58,8 @@ class Config:
     hot_only: bool
     hot_clients: list[int]
     hot_batch: int
+    set_limits: bool
+    set_limits_sequence: int
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -156,6 +158,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         default=20,
         help="operations per POST /v1/batch, hot case (default 20)",
     )
+    parser.add_argument(
+        "--set-limits",
+        action="store_true",
+        help="also time set_limits on one queue at 100, 10,000 and 100,000 configured queues",
+    )
+    parser.add_argument(
+        "--set-limits-sequence",
+        type=int,
+        default=2000,
+        help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -233,6 +246,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         hot_only=bool(args.hot_only),
         hot_clients=hot_clients,
         hot_batch=args.hot_batch,
+        set_limits=bool(args.set_limits),
+        set_limits_sequence=max(0, args.set_limits_sequence),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,

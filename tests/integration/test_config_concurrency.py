@@ -221,3 +221,96 @@ def test_pods_under_a_resource_quota_never_exceed_it_while_it_changes(server_db_
         print(dict(admitted), dict(peak))
     finally:
         ledger.close()
+
+
+def test_set_limits_under_load_from_two_engines_never_mixes_limits(server_db_url: URL) -> None:
+    """One engine flips ``root.q``'s max between fpga only and gpu only with ``set_limits``
+    while 16 threads of two engines reserve: no reservation sees a mix, no counter passes 4,
+    and the engine that does not write sees each new limit without compiling the whole
+    configuration again."""
+    writer = QuotaEngine.from_url(server_db_url, pool_size=_THREADS // 2 + 2)
+    other = QuotaEngine.from_url(server_db_url, pool_size=_THREADS // 2 + 2)
+    writer.apply_config(A)
+    other.rollback(other.reserve("root.q", {"fpga": 1}).id)
+    compiled = other.rules.compiles
+    stop = time.monotonic() + _DURATION
+    hard_stop = stop + 60.0
+    outcomes: Tally[str] = Tally()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def running() -> bool:
+        now = time.monotonic()
+        return now < hard_stop and (now < stop or outcomes["versions"] < 10)
+
+    def worker(n: int) -> None:
+        ledger = writer if n % 2 else other
+        rng = random.Random(n)
+        try:
+            while running():
+                request = rng.choice([{"fpga": 1}, {"gpu": 1}, {"fpga": 1, "gpu": 1}])
+                kind = "+".join(sorted(request)) + (" by the other" if ledger is other else "")
+                try:
+                    r = ledger.reserve("root.q", request, ttl=30)
+                except OverQuota:
+                    continue
+                with lock:
+                    outcomes[f"reserved {kind}"] += 1
+                ledger.rollback(r.id)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    def switcher() -> None:
+        flip = False
+        try:
+            while running():
+                writer.set_limits("root.q", {"fpga": 0, "gpu": 4} if flip else {"fpga": 4, "gpu": 0})
+                with lock:
+                    outcomes["versions"] += 1
+                flip = not flip
+                time.sleep(0.02)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    observed = Tally[str]()
+
+    def observer() -> None:
+        engine = create_engine(server_db_url)
+        try:
+            with engine.connect() as conn:
+                while running():
+                    rows = conn.execute(
+                        text(
+                            "SELECT resource, in_use + reserved FROM quota_usages"
+                            " WHERE scope_type = 'subtree'"
+                        )
+                    ).all()
+                    conn.rollback()
+                    for resource, held in rows:
+                        observed[resource] = max(observed[resource], held)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(_THREADS)]
+    threads += [threading.Thread(target=switcher), threading.Thread(target=observer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=_DURATION + 120)
+    try:
+        assert not errors, [repr(e) for e in errors if isinstance(e, QuotaLedgerError)] or errors
+        assert outcomes["versions"] >= 10, outcomes
+        assert outcomes["reserved fpga+gpu"] == 0, outcomes
+        assert outcomes["reserved fpga+gpu by the other"] == 0, outcomes
+        for kind in ("fpga", "gpu", "fpga by the other", "gpu by the other"):
+            assert outcomes[f"reserved {kind}"] > 0, outcomes
+        assert set(observed) >= {"fpga", "gpu"}, observed  # the observer saw the counters
+        assert observed["fpga"] <= 4, observed
+        assert observed["gpu"] <= 4, observed
+        assert other.rules.compiles == compiled, "the other engine compiled the whole configuration"
+        assert writer.audit() == []
+    finally:
+        writer.close()
+        other.close()

@@ -66,6 +66,20 @@ def test_counter_locks_use_the_unique_counter_index(pg: tuple[QuotaEngine, Conne
         assert "uq_quota_usages_partition_scope_type_scope_resource" in plan(conn, sql, params)
 
 
+def test_the_limits_of_one_queue_are_locked_through_an_index_range_on_the_queue(
+    pg: tuple[QuotaEngine, Connection],
+) -> None:
+    """set_limits locks one queue's limits: the queue is part of the index condition, whatever the
+    statistics (a list of scopes may be planned as a filter over every limit of the partition)."""
+    _, conn = pg
+    stmt = counters._LOCK_LIMITS_AT.params(p="default", q="root.q1", resources=["fpga", "memory"])
+    sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    text_plan = "\n".join(row[0] for row in conn.execute(text("EXPLAIN " + sql)))
+    condition = next(line for line in text_plan.splitlines() if "Index Cond" in line)
+    assert "uq_quota_usages_partition_scope_type_scope_resource" in text_plan
+    assert "scope)::text = 'root.q1'" in condition, text_plan
+
+
 def test_reservation_lookup_by_key_uses_the_key_index(pg: tuple[QuotaEngine, Connection]) -> None:
     _, conn = pg
     text_plan = plan(conn, reservations.PG_FIND_BY_KEY, {"p": "default", "key": "k"})

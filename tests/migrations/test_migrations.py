@@ -38,6 +38,25 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
         assert engine.usage("root.a")["fpga"].limit == 1
 
 
+def test_downgrading_0009_keeps_the_version_in_force_as_a_snapshot(empty_db: URL) -> None:
+    """0008 reads only whole snapshots: the downgrade stores the version set_limits made."""
+    with QuotaEngine.from_url(empty_db) as engine:
+        engine.migrate()
+        engine.apply_config({"partitions": [{"queues": [{"name": "root", "queues": [{"name": "a"}]}]}]})
+        engine.set_limits("root.a", {"fpga": 2})
+        version = engine.set_limits("root", {"fpga": 9})
+        document = engine.config()
+        migrate.downgrade(engine.driver.engine, "0008")
+        with engine.driver.engine.connect() as conn:
+            head = conn.execute(text("SELECT version FROM quota_config_head")).scalar_one()
+            stored = conn.execute(text("SELECT capacity FROM quota_configs WHERE version = :v"), {"v": head})
+            assert (head, stored.scalar_one()) == (version, '{"default": {"fpga": 9}}')
+        engine.migrate()
+    with QuotaEngine.from_url(empty_db) as engine:
+        assert engine.config() == document
+        assert engine.limits() == {"root": {"fpga": 9}, "root.a": {"fpga": 2}}
+
+
 def test_models_and_migrations_do_not_drift(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         engine.migrate()
