@@ -35,6 +35,18 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         "--workers", type=int, help="worker processes (env QUOTA_LEDGER_WORKERS, default 1; each sweeps)"
     )
     p.add_argument(
+        "--batching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decide concurrent reservations, commits and rollbacks many per transaction "
+        "(env QUOTA_LEDGER_BATCHING, default on)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        help="requests one batched transaction decides at most (env QUOTA_LEDGER_MAX_BATCH, default 256)",
+    )
+    p.add_argument(
         "--access-log",
         choices=("text", "json", "off"),
         help="a line a request on stderr: text, json (lines) or off (env QUOTA_LEDGER_ACCESS_LOG; text)",
@@ -76,6 +88,8 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
             ("tls_certfile", args.tls_certfile),
             ("tls_keyfile", args.tls_keyfile),
             ("access_log", args.access_log),
+            ("batching", args.batching),
+            ("max_batch", args.max_batch),
         )
         if value is not None
     }

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import docs, errors, ops, routes, ui, yunikorn
+from quota_ledger.http import batch, docs, errors, ledger_ops, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.fast_lane import FastLane
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.service import sweeper
 from quota_ledger.service.settings import Settings
@@ -80,6 +82,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     metrics = Metrics(engine)
     auth = Authenticator(engine, settings.token_cache_seconds)
     stop = threading.Event()
+    # POST /v1/batch runs its operations here, one thread each, so that group commit decides
+    # them together.
+    executor = ThreadPoolExecutor(batch_threads(engine, settings), thread_name_prefix="quota-ledger-batch")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -108,6 +113,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
             stop.set()
             if thread is not None:
                 thread.join(timeout=10)
+            executor.shutdown(wait=True, cancel_futures=True)
 
     app = FastAPI(
         title="quota-ledger",
@@ -123,12 +129,22 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     errors.install(app)
     app.include_router(ops.build(engine, auth, metrics))
     app.include_router(routes.build(engine, auth, metrics))
+    app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics), executor))
     app.include_router(yunikorn.build(engine, auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
+    app.add_middleware(FastLane, auth=auth, ops=ledger_ops.LedgerOps(engine, metrics))
     app.add_middleware(BodyLimit)
     if settings.access_log != "off":
         app.add_middleware(AccessLog, fmt=settings.access_log)  # outermost: sees every answer, 413 too
     app.state.engine = engine
     app.state.metrics = metrics
     return app
+
+
+def batch_threads(engine: QuotaEngine, settings: Settings) -> int:
+    """Threads that run the operations of ``POST /v1/batch``: a whole batch of the engine's
+    group commit with batching, else as many as it pools connections."""
+    if engine.group_commit is not None:
+        return engine.group_commit.max_batch
+    return settings.pool_size

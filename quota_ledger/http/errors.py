@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -85,11 +86,45 @@ def status_of(error: errors.QuotaLedgerError) -> tuple[int, str]:
     return 500, "internal"
 
 
-def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
+def ledger_error(error: errors.QuotaLedgerError) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) of a ledger error."""
     status, code = status_of(error)
-    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
     message = str(error) if status != 500 else "internal error"
-    return SafeJSONResponse(body(code, message, **_details(error)), status_code=status, headers=headers)
+    return status, body(code, message, **_details(error))
+
+
+def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
+    status, content = ledger_error(error)
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    return SafeJSONResponse(content, status_code=status, headers=headers)
+
+
+def validation_error(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The 422 body of a malformed request: every problem, the first one's field named.
+
+    ``problems`` are pydantic's (or FastAPI's) errors; their ``body`` location step is left out.
+    """
+    found = [
+        {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
+        for e in problems
+    ]
+    field = found[0]["field"] if found else None
+    return body("invalid_request", "the request is malformed", field=field, problems=found)
+
+
+_HTTP_CODES = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
+
+
+def http_error(error: StarletteHTTPException) -> dict[str, Any]:
+    """The JSON body of an HTTP error raised by a route (401, 403, 422...)."""
+    return body(_HTTP_CODES.get(error.status_code, "http_error"), str(error.detail))
 
 
 def install(app: FastAPI) -> None:
@@ -99,28 +134,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
-        problems = [
-            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
-            for e in error.errors()
-        ]
-        field = problems[0]["field"] if problems else None
-        return SafeJSONResponse(
-            body("invalid_request", "the request is malformed", field=field, problems=problems),
-            status_code=422,
-        )
+        return SafeJSONResponse(validation_error(error.errors()), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
-        code = {
-            401: "unauthorized",
-            403: "forbidden",
-            404: "not_found",
-            405: "method_not_allowed",
-            413: "too_large",
-            415: "unsupported_media_type",
-        }.get(error.status_code, "http_error")
         return SafeJSONResponse(
-            body(code, str(error.detail)),
+            http_error(error),
             status_code=error.status_code,
             headers=getattr(error, "headers", None),
         )

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from quota_ledger.engine import QuotaEngine
@@ -114,3 +114,10 @@ class _LedgerCollector(Collector):
         yield pending
         yield oldest
         yield retries
+        stats = self.engine.batch_stats
+        yield CounterMetricFamily(
+            "quota_ledger_group_commit_batches", "Transactions group commit decided", value=stats.batches
+        )
+        yield CounterMetricFamily(
+            "quota_ledger_group_commit_requests", "Requests decided in group commit", value=stats.requests
+        )

@@ -8,13 +8,11 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Requ
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import config_models, config_views, models
+from quota_ledger.http import config_models, config_views, ledger_ops, models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
-from quota_ledger.kube import pods
 from quota_ledger.model import history, queues, short_ids, validation
-from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
-from quota_ledger.model.values import Reservation
+from quota_ledger.model.errors import ReservationNotFound
 from quota_ledger.service import overview
 from quota_ledger.service.tokens import Token
 
@@ -39,59 +37,19 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     admin = Depends(auth.require("admin"))
 
     # -- reservations ------------------------------------------------------------------------
+    # The hot routes answer with the body's bytes (a Response): FastAPI then neither validates
+    # nor serializes the returned value again; ``response_model`` still documents it.
+    ops = ledger_ops.LedgerOps(engine, metrics)
+
     @router.post("/reservations", status_code=201, response_model=models.ReservationOut, tags=["ledger"])
     def reserve(
         body: models.ReserveBody,
         token: Annotated[Token, service],
         idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-    ) -> models.ReservationOut:
+    ) -> Response:
         """Reserve resources in a queue (all or nothing), or what a Kubernetes Pod needs."""
         key = body.key if body.key is not None else idempotency_key
-        try:
-            return _reserve(body, token, key)
-        except IdempotencyConflict as conflict:
-            # The key may belong to a reservation outside the token's scope: do not name it.
-            if conflict.reservation_id is not None and not _visible(
-                token, engine.get(conflict.reservation_id)
-            ):
-                raise IdempotencyConflict(conflict.partition, conflict.key, None) from None
-            raise
-
-    def _reserve(body: models.ReserveBody, token: Token, key: Any) -> models.ReservationOut:
-        with metrics.observe("reserve"):
-            if body.pod is not None:
-                namespace = pods.parse_pod(body.pod).namespace
-                check_scope(
-                    token, body.partition, engine.namespace_queue(namespace, partition=body.partition)
-                )
-                made = engine.reserve_pod(body.pod, partition=body.partition, ttl=body.ttl, key=key)
-            else:
-                if body.queue is None:
-                    raise HTTPException(422, "queue is required (or a pod)")
-                check_scope(token, body.partition, body.queue)
-                made = engine.reserve(
-                    body.queue,
-                    body.resources,
-                    partition=body.partition,
-                    user=body.user,
-                    groups=body.groups,
-                    application=body.application,
-                    priority_class=body.priority_class,
-                    ttl=body.ttl,
-                    key=key,
-                    terminating=body.terminating,
-                    best_effort=body.best_effort,
-                    cross_namespace_affinity=body.cross_namespace_affinity,
-                )
-        return models.ReservationOut.of(made)
-
-    def owned(reservation_id: str, token: Token) -> None:
-        """A reservation outside a restricted token's scope is not found, as if it did not exist:
-        the token learns nothing about it (not even that it exists)."""
-        if token.partition is None and token.queue is None:
-            return  # an unrestricted token: no need to read the reservation first
-        if not _visible(token, engine.get(reservation_id)):
-            raise ReservationNotFound(reservation_id)
+        return ledger_ops.reservation_response(ops.reserve(body, token, key), 201)
 
     @router.get("/reservations", response_model=models.ReservationOut, tags=["ledger"])
     def find_reservation(
@@ -101,7 +59,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     ) -> models.ReservationOut:
         """The reservation made with this idempotency key (a pod's uid for ``reserve_pod``)."""
         found = engine.get_by_key(key, partition=partition)
-        if not _visible(token, found):
+        if not ledger_ops.visible(token, found):
             raise ReservationNotFound(key)  # the same answer as for a key never used
         return models.ReservationOut.of(found)
 
@@ -124,7 +82,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
     def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
         found = engine.get(reservation_id)
-        if not _visible(token, found):
+        if not ledger_ops.visible(token, found):
             raise ReservationNotFound(reservation_id)
         return models.ReservationOut.of(found)
 
@@ -135,20 +93,16 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         reservation_id: str,
         token: Annotated[Token, service],
         body: Annotated[models.CommitBody | None, Body()] = None,
-    ) -> models.ReservationOut:
+    ) -> Response:
         """Reserved becomes in use; ``resources`` may commit less (the rest is released)."""
-        owned(reservation_id, token)
-        with metrics.observe("commit"):
-            done = engine.commit(reservation_id, body.resources if body is not None else None)
-        return models.ReservationOut.of(done)
+        done = ops.commit(reservation_id, token, body.resources if body is not None else None)
+        return ledger_ops.reservation_response(done)
 
     @router.post(
         "/reservations/{reservation_id}/rollback", response_model=models.ReservationOut, tags=["ledger"]
     )
-    def rollback(reservation_id: str, token: Annotated[Token, service]) -> models.ReservationOut:
-        owned(reservation_id, token)
-        with metrics.observe("rollback"):
-            return models.ReservationOut.of(engine.rollback(reservation_id))
+    def rollback(reservation_id: str, token: Annotated[Token, service]) -> Response:
+        return ledger_ops.reservation_response(ops.rollback(reservation_id, token))
 
     @router.post(
         "/reservations/{reservation_id}/release", response_model=models.ReservationOut, tags=["ledger"]
@@ -157,12 +111,10 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         reservation_id: str,
         token: Annotated[Token, service],
         body: Annotated[models.ReleaseReservationBody | None, Body()] = None,
-    ) -> models.ReservationOut:
+    ) -> Response:
         """Release everything a committed reservation holds (its pod is gone)."""
-        owned(reservation_id, token)
-        with metrics.observe("release_reservation"):
-            done = engine.release_reservation(reservation_id, finished=body.finished if body else False)
-        return models.ReservationOut.of(done)
+        done = ops.release_reservation(reservation_id, token, finished=body.finished if body else False)
+        return ledger_ops.reservation_response(done)
 
     @router.post("/releases", status_code=204, tags=["ledger"])
     def release(body: models.ReleaseBody, token: Annotated[Token, service]) -> Response:
@@ -398,10 +350,6 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         return Response(status_code=204)
 
     return router
-
-
-def _visible(token: Token, reservation: Reservation) -> bool:
-    return token.covers(reservation.partition, reservation.queue)
 
 
 async def _config_source(request: Request) -> Any:

@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
+    batching: bool = Field(
+        True,
+        description="decide concurrent reservations, commits and rollbacks many per database "
+        "transaction (group commit); off: one transaction each",
+    )
+    max_batch: int = Field(
+        256, ge=1, le=10_000, description="requests one group-commit transaction decides at most"
+    )
     workers: int = Field(1, ge=1, le=64, description="worker processes of the HTTP service")
     max_resources_per_request: int = Field(
         validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
@@ -95,4 +103,6 @@ class Settings(BaseSettings):
             "max_resources_per_request": self.max_resources_per_request,
             "max_resources_per_limit_set": self.max_resources_per_limit_set,
             "max_resources_per_partition": self.max_resources_per_partition,
+            "batching": self.batching,
+            "max_batch": self.max_batch,
         }

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import cold, group_commit, hierarchy, http, kube, set_limits, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, set_limits, sweep, throughput
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -38,6 +38,8 @@ def markdown(
     """The whole report: throughput, the sweep (or the final audit), then each side-by-side case."""
     if cfg.cold_only:
         return "\n".join(cold_section(cfg, meta["cold"]))
+    if cfg.hot_only:
+        return "\n".join(hot_section(meta["hot"])[1:])
     lines = throughput_section(cfg, cells, meta)
     audit = meta.get("final_audit")
     if audit is None:
@@ -57,10 +59,12 @@ def markdown(
         lines += http_section(meta["http"])
     if meta.get("cold") is not None:
         lines += cold_section(cfg, meta["cold"])
-    if meta.get("set_limits") is not None:
-        lines += set_limits_section(meta["set_limits"])
     if meta.get("group_commit") is not None:
         lines += group_commit_section(cfg, meta["group_commit"])
+    if meta.get("hot") is not None:
+        lines += hot_section(meta["hot"])
+    if meta.get("set_limits") is not None:
+        lines += set_limits_section(meta["set_limits"])
     return "\n".join(lines)
 
 
@@ -200,6 +204,49 @@ def http_section(web: dict[str, Any]) -> list[str]:
         f"| latency at 100 requests/s, p50 / p99 | {web['p50_ms']:.1f} / {web['p99_ms']:.1f} ms "
         f"| p99 < {http.TARGET_P99_MS:g} ms {'✓' if web['p99_ms'] < http.TARGET_P99_MS else '✗'} |",
     ]
+
+
+def hot_section(result: dict[str, Any]) -> list[str]:
+    """One row per client count: each column's median pairs/s, then the ratios to pgbench and to
+    the library (one transaction per call)."""
+    rounds = len(next(iter(result["samples"].values()))["library"])
+    load = result["load"]
+    lines = [
+        "",
+        f"### one hot queue: reserve+commit pairs/s, library vs service ({result['workers']} workers, "
+        f"batching on) vs pgbench ({result['postgres']}, median of {rounds}, side by side)",
+        "",
+        "| clients | library | library batching | service | service /v1/batch "
+        f"({result['batch_size']} ops) | pgbench | service / pgbench | /v1/batch / pgbench "
+        f"(≥ {hot.TARGET_VS_PGBENCH:g}) | service / library (≥ {hot.TARGET_VS_LIBRARY:g} at 16) "
+        "| library batching / pgbench |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for clients in result["clients"]:
+        found = result["medians"][str(clients)]
+        lib, grouped, served, batched, pgb = (found.get(c) for c in hot.COLUMNS)
+        vs_library = ratio(served, lib)
+        lines.append(
+            f"| {clients} | {fmt_rate(lib)} | {fmt_rate(grouped)} | {fmt_rate(served)} | {fmt_rate(batched)} "
+            f"| {fmt_rate(pgb)} | {_plain(ratio(served, pgb))} "
+            f"| {fmt_ratio(ratio(batched, pgb), hot.TARGET_VS_PGBENCH)} "
+            f"| {fmt_ratio(vs_library, hot.TARGET_VS_LIBRARY) if clients == 16 else _plain(vs_library)} "
+            f"| {_plain(ratio(grouped, pgb))} |"
+        )
+    p99 = result["p99_ms"]
+    lines += [
+        "",
+        f"Paced 100 requests/s on the service (batching on): p50 {result['p50_ms']:.1f} ms, "
+        f"p99 {p99:.1f} ms (< {hot.TARGET_P99_MS:g} ms {'✓' if p99 < hot.TARGET_P99_MS else '✗'}); "
+        f"without batching: p50 {result['plain_p50_ms']:.1f} ms, p99 {result['plain_p99_ms']:.1f} ms. "
+        f"Load average {load['start'][0]:.2f} at the start, {load['end'][0]:.2f} at the end "
+        f"(1 min); audit() {'clean' if not result['audit'] else str(len(result['audit'])) + ' DRIFTS'}.",
+    ]
+    return lines
+
+
+def _plain(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def set_limits_section(result: dict[str, Any]) -> list[str]:

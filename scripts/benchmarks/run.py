@@ -16,7 +16,7 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import cold, group_commit, hierarchy, http, kube, set_limits, sweep, throughput
+from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, set_limits, sweep, throughput
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -49,7 +49,7 @@ def bench(cfg: Config) -> int:
     }
     cells: list[throughput.Cell] = []
     sweep_result: dict[str, Any] | None = None
-    if not cfg.cold_only:
+    if not cfg.cold_only and not cfg.hot_only:
         cells, sweep_result = throughput.run(cfg, meta)
         if not cfg.skip_hierarchy:
             meta["hierarchy"] = hierarchy.run(cfg)
@@ -61,6 +61,8 @@ def bench(cfg: Config) -> int:
             meta["group_commit"] = group_commit.run(cfg)
     if cfg.cold:
         meta["cold"] = cold.run(cfg)
+    if not cfg.skip_hot and not cfg.cold_only:
+        meta["hot"] = hot.run(cfg)
     if cfg.set_limits:
         meta["set_limits"] = set_limits.run(cfg, cfg.set_limits_sequence)
     meta["total_s"] = time.perf_counter() - started
@@ -75,8 +77,9 @@ def bench(cfg: Config) -> int:
         and not meta.get("kube", {}).get("audit")
         and not meta.get("http", {}).get("audit")
         and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
-        and not meta.get("set_limits", {}).get("audit")
         and not any(each["audit"] for each in meta.get("group_commit", []))
+        and not meta.get("hot", {}).get("audit")
+        and not meta.get("set_limits", {}).get("audit")
     )
     # A comparison with a replica that sends something else is meaningless: fail loudly.
     same_shape = meta.get("shape", {}).get("identical", True)

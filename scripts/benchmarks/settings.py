@@ -53,6 +53,10 @@ class Config:
     cold_only: bool
     cold_backends: list[str]
     mariadb_url: str
+    skip_hot: bool
+    hot_only: bool
+    hot_clients: list[int]
+    hot_batch: int
     set_limits: bool
     set_limits_sequence: int
     group_commit: bool
@@ -134,6 +138,27 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
     parser.add_argument(
+        "--group-commit",
+        action="store_true",
+        help="also measure batching=True vs one transaction per call on one hot queue (16 and 64 "
+        "threads, and a paced caller), on PostgreSQL, MariaDB (--mariadb) and SQLite",
+    )
+    parser.add_argument(
+        "--skip-hot", action="store_true", help="leave out the hot-queue case (library, service, pgbench)"
+    )
+    parser.add_argument(
+        "--hot-only", action="store_true", help="run the hot-queue case alone (no throughput, sweep...)"
+    )
+    parser.add_argument(
+        "--hot-clients", default="16,64", help="client counts of the hot-queue case (default 16,64)"
+    )
+    parser.add_argument(
+        "--hot-batch",
+        type=int,
+        default=20,
+        help="operations per POST /v1/batch, hot case (default 20)",
+    )
+    parser.add_argument(
         "--set-limits",
         action="store_true",
         help="also time set_limits on one queue at 100, 10,000 and 100,000 configured queues",
@@ -143,12 +168,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         type=int,
         default=2000,
         help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
-    )
-    parser.add_argument(
-        "--group-commit",
-        action="store_true",
-        help="also measure batching=True vs one transaction per call on one hot queue (16 and 64 "
-        "threads, and a paced caller), on PostgreSQL, MariaDB (--mariadb) and SQLite",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
@@ -185,6 +204,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     cold_backends = [name.strip() for name in args.cold_backends.split(",") if name.strip()]
     if not cold_backends or set(cold_backends) - set(COLD_BACKENDS):
         parser.error(f"--cold-backends takes a subset of {','.join(COLD_BACKENDS)}")
+    try:
+        hot_clients = sorted({int(c) for c in args.hot_clients.split(",") if c.strip()})
+    except ValueError:
+        parser.error(f"--hot-clients takes comma-separated integers, not {args.hot_clients!r}")
+    if not hot_clients or hot_clients[0] < 1 or hot_clients[-1] > 64:
+        parser.error("--hot-clients must be between 1 and 64")
+    if not 1 <= args.hot_batch <= 1000:
+        parser.error("--hot-batch must be in [1, 1000]")
+    if args.hot_only and args.skip_hot:
+        parser.error("--hot-only and --skip-hot exclude each other")
     pgbench = shutil.which("pgbench") or ("/usr/bin/pgbench" if Path("/usr/bin/pgbench").exists() else None)
     if "pgbench" in only and pgbench is None and not args.cold_only:
         parser.error("pgbench is not installed: install it or pass --only library,psycopg")
@@ -212,9 +241,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         cold_only=bool(args.cold_only),
         cold_backends=cold_backends,
         mariadb_url=args.mariadb,
+        group_commit=bool(args.group_commit),
+        skip_hot=bool(args.skip_hot),
+        hot_only=bool(args.hot_only),
+        hot_clients=hot_clients,
+        hot_batch=args.hot_batch,
         set_limits=bool(args.set_limits),
         set_limits_sequence=max(0, args.set_limits_sequence),
-        group_commit=bool(args.group_commit),
         quick=quick,
         json_path=args.json,
         pgbench=pgbench,

@@ -33,6 +33,7 @@ ENDPOINTS: list[tuple[str, str, Any, str]] = [
     ("POST", f"/v1/reservations/{ZERO_ID}/rollback", None, "service"),
     ("POST", f"/v1/reservations/{ZERO_ID}/release", None, "service"),
     ("POST", "/v1/releases", {"queue": "root.a", "resources": {"fpga": 1}}, "service"),
+    ("POST", "/v1/batch", {"operations": [{"op": "rollback", "id": ZERO_ID}]}, "service"),
     ("GET", "/v1/queues/root.a/usage", None, "reader"),
     ("PUT", "/v1/queues/root.a/limits", {"resources": {"fpga": 1}}, "admin"),
     ("GET", "/v1/config", None, "reader"),

@@ -12,8 +12,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
+
+from sqlalchemy.engine import URL
 
 from benchmarks.database import conninfo, fresh_database, vacuum
 from benchmarks.harness import BenchError, log, median_ratio, run_threads, side_by_side
@@ -61,6 +65,11 @@ def paced_latencies(base: str, token: str, pick: QueuePicker, rate: float, secon
         return latencies
 
     return asyncio.run(main())
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The value at ``fraction`` (0.5: the median) of sorted values."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 class RawHttp:
@@ -148,6 +157,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextmanager
+def service_process(db_url: URL, workers: int, **settings: str) -> Iterator[str]:
+    """``quota-ledger serve`` on a free port with ``workers`` processes, no migration and no
+    sweeper, ``QUOTA_LEDGER_<NAME>`` set from ``settings``; yields its base URL once it answers."""
+    env = dict(os.environ, QUOTA_LEDGER_DB=db_url.render_as_string(hide_password=False))
+    env.update({f"QUOTA_LEDGER_{name.upper()}": value for name, value in settings.items()})
+    command = [sys.executable, "-m", "quota_ledger.cli", "serve", "--port", str(free_port())]
+    command += ["--no-migrate", "--no-sweep", "--workers", str(workers)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if not line.startswith("quota-ledger serving on "):
+            raise BenchError(f"the service did not start: {line!r}")
+        base = line.split()[3]
+        import httpx
+
+        for _ in range(300):  # the announcement comes once a worker answers; all of them, soon
+            try:
+                httpx.get(f"{base}/healthz", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Reserve+commit through the HTTP service vs the library in process, side by side, and the
     latency of a paced 100 requests/s load."""
@@ -156,44 +194,13 @@ def run(cfg: Config) -> dict[str, Any]:
     result: dict[str, Any] = {"threads": threads, "workers": cfg.http_workers, "library": [], "http": []}
     with fresh_database(cfg.server_url) as db_url:
         engine = QuotaEngine.from_url(db_url, pool_size=threads + 2)
-        server = None
+        stack = ExitStack()
         try:
             setup_engine(engine, scopes)
             from quota_ledger.service import tokens
 
             token = tokens.add(engine, "bench", "service")
-            env = dict(os.environ, QUOTA_LEDGER_DB=db_url.render_as_string(hide_password=False))
-            server = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "quota_ledger.cli",
-                    "serve",
-                    "--port",
-                    str(free_port()),
-                    "--no-migrate",
-                    "--no-sweep",
-                    "--workers",
-                    str(cfg.http_workers),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                env=env,
-            )
-            assert server.stdout is not None
-            line = server.stdout.readline()
-            if not line.startswith("quota-ledger serving on "):
-                raise BenchError(f"the service did not start: {line!r}")
-            base = line.split()[3]
-            import httpx
-
-            for _ in range(300):  # the announcement comes once a worker answers; all of them, soon
-                try:
-                    httpx.get(f"{base}/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            base = stack.enter_context(service_process(db_url, cfg.http_workers))
             pick = queue_picker("spread", scopes)
             rounds = side_by_side(
                 cfg.repeat,
@@ -213,14 +220,12 @@ def run(cfg: Config) -> dict[str, Any]:
                 log(f"threads={threads} library {library:.1f}, http {http:.1f} pairs/s")
             latencies = sorted(paced_latencies(base, token, pick, 100.0, max(5.0, cfg.seconds)))
             result["paced_requests"] = len(latencies)
-            result["p50_ms"] = 1000 * latencies[len(latencies) // 2]
-            result["p99_ms"] = 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            result["p50_ms"] = 1000 * percentile(latencies, 0.5)
+            result["p99_ms"] = 1000 * percentile(latencies, 0.99)
             log(f"100 requests/s: p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms")
             result["audit"] = [str(d) for d in engine.audit()]
         finally:
-            if server is not None:
-                server.terminate()
-                server.wait(timeout=30)
+            stack.close()
             engine.close()
     result["ratio"] = median_ratio(result["http"], result["library"])
     return result
