@@ -52,6 +52,7 @@ class Config:
     cold: bool
     cold_only: bool
     cold_backends: list[str]
+    cold_batching: bool
     mariadb_url: str
     skip_hot: bool
     hot_only: bool
@@ -125,6 +126,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         help="also measure first uses (new queue, application, user, group) against warm ones",
     )
     parser.add_argument("--cold-only", action="store_true", help="run only the first-use case")
+    parser.add_argument(
+        "--cold-batching", action="store_true", help="the first-use case's engine runs with batching=True"
+    )
     parser.add_argument(
         "--cold-backends",
         default=",".join(COLD_BACKENDS),
@@ -240,6 +244,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         cold=bool(args.cold or args.cold_only),
         cold_only=bool(args.cold_only),
         cold_backends=cold_backends,
+        cold_batching=bool(args.cold_batching),
         mariadb_url=args.mariadb,
         group_commit=bool(args.group_commit),
         skip_hot=bool(args.skip_hot),

@@ -79,7 +79,9 @@ class ColdWorker:
         self.engine, self.kind, self.cold = engine, kind, cold
         self.rng = random.Random(seed)
         self.fresh = fresh
+        #: (when it ended, seconds) of every pair, and of every call (a reserve, a commit)
         self.latencies: list[tuple[float, float]] = []
+        self.calls: list[tuple[float, float]] = []
 
     def request(self) -> dict[str, Any]:
         """queue/user/groups/application of the next pair."""
@@ -107,9 +109,11 @@ class ColdWorker:
         queue = args.pop("queue")
         started = time.perf_counter()
         reservation = self.engine.reserve(queue, REQUEST, ttl=TTL_SECONDS, **args)
+        reserved = time.perf_counter()
         self.engine.commit(reservation.id)
         ended = time.perf_counter()
         self.latencies.append((ended, ended - started))
+        self.calls += [(reserved, reserved - started), (ended, ended - reserved)]
 
     def close(self) -> None:
         pass
@@ -132,13 +136,21 @@ def prewarm(engine: QuotaEngine) -> None:
 def measure(
     cfg: Config, engine: QuotaEngine, kind: str, cold: bool, seed: int, fresh: Iterator[int]
 ) -> dict[str, float]:
-    """One window: pairs/s and the p99 latency (ms) of the pairs that ended inside it."""
+    """One window: pairs/s, and the p99 latency (ms) of the calls (each reserve, each commit)
+    and of the pairs that ended inside it."""
     workers = [ColdWorker(engine, kind, cold, seed + i, fresh) for i in range(cfg.side_threads)]
     begun = time.perf_counter()
     sample = run_threads(workers, cfg.warmup, cfg.seconds)
-    inside = sorted(lat for w in workers for ended, lat in w.latencies if ended >= begun + cfg.warmup)
-    p99 = inside[min(len(inside) - 1, int(len(inside) * 0.99))] * 1000 if inside else float("nan")
-    return {"pairs_per_s": sample.pairs_per_s, "p99_ms": p99}
+
+    def p99(timed: list[tuple[float, float]]) -> float:
+        inside = sorted(lat for ended, lat in timed if ended >= begun + cfg.warmup)
+        return inside[min(len(inside) - 1, int(len(inside) * 0.99))] * 1000 if inside else float("nan")
+
+    return {
+        "pairs_per_s": sample.pairs_per_s,
+        "p99_ms": p99([c for w in workers for c in w.calls]),
+        "pair_p99_ms": p99([p for w in workers for p in w.latencies]),
+    }
 
 
 class _Counter:
@@ -197,9 +209,9 @@ def backend_database(cfg: Config, backend: str) -> Iterator[tuple[URL, Callable[
 def run_backend(cfg: Config, backend: str) -> dict[str, Any]:
     """Every kind, warm then cold, ``cfg.repeat`` rounds, on one fresh database."""
     threads = cfg.side_threads
-    out: dict[str, Any] = {"threads": threads, "kinds": {}}
+    out: dict[str, Any] = {"threads": threads, "batching": cfg.cold_batching, "kinds": {}}
     with backend_database(cfg, backend) as (url, between):
-        engine = QuotaEngine.from_url(url, pool_size=threads + 2)
+        engine = QuotaEngine.from_url(url, pool_size=threads + 2, batching=cfg.cold_batching)
         try:
             engine.migrate()
             engine.apply_config(cold_config())
@@ -253,6 +265,7 @@ def summarize(rows: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         "ratio": cold / warm if warm else 0.0,
         "warm_p99_ms": median(r["p99_ms"] for r in rows["warm"]),
         "cold_p99_ms": median(r["p99_ms"] for r in rows["cold"]),
+        "cold_pair_p99_ms": median(r["pair_p99_ms"] for r in rows["cold"]),
         "samples": rows,
     }
 
