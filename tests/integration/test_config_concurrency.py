@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Callable
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
@@ -34,6 +35,27 @@ def _config(fpga: int, gpu: int) -> dict[str, object]:
 
 A = _config(fpga=4, gpu=0)
 B = _config(fpga=0, gpu=4)
+
+
+def _watch_subtree_counters(
+    url: URL, running: Callable[[], bool], observed: Tally[str], errors: list[BaseException]
+) -> None:
+    """While ``running()``: the most ever held (in use + reserved) on a subtree counter, per
+    resource, read straight from the table; an error of its own goes to ``errors``."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            while running():
+                rows = conn.execute(
+                    text("SELECT resource, in_use + reserved FROM quota_usages WHERE scope_type = 'subtree'")
+                ).all()
+                conn.rollback()
+                for resource, held in rows:
+                    observed[resource] = max(observed[resource], held)
+    except BaseException as error:  # pragma: no cover - reported by the test
+        errors.append(error)
+    finally:
+        engine.dispose()
 
 
 def test_config_change_under_load_never_mixes_versions(server_db_url: URL) -> None:
@@ -91,22 +113,7 @@ def test_config_change_under_load_never_mixes_versions(server_db_url: URL) -> No
     observed = Tally[str]()
 
     def observer() -> None:
-        engine = create_engine(server_db_url)
-        try:
-            with engine.connect() as conn:
-                while running():
-                    rows = conn.execute(
-                        text(
-                            "SELECT resource, in_use + reserved FROM quota_usages"
-                            " WHERE scope_type = 'subtree'"
-                        )
-                    ).all()
-                    conn.rollback()
-                    for resource, held in rows:
-                        if resource in ("fpga", "gpu"):
-                            observed[resource] = max(observed[resource], held)
-        finally:
-            engine.dispose()
+        _watch_subtree_counters(server_db_url, running, observed, errors)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(_THREADS)]
     threads += [threading.Thread(target=switcher), threading.Thread(target=observer)]
@@ -275,23 +282,7 @@ def test_set_limits_under_load_from_two_engines_never_mixes_limits(server_db_url
     observed = Tally[str]()
 
     def observer() -> None:
-        engine = create_engine(server_db_url)
-        try:
-            with engine.connect() as conn:
-                while running():
-                    rows = conn.execute(
-                        text(
-                            "SELECT resource, in_use + reserved FROM quota_usages"
-                            " WHERE scope_type = 'subtree'"
-                        )
-                    ).all()
-                    conn.rollback()
-                    for resource, held in rows:
-                        observed[resource] = max(observed[resource], held)
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-        finally:
-            engine.dispose()
+        _watch_subtree_counters(server_db_url, running, observed, errors)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(_THREADS)]
     threads += [threading.Thread(target=switcher), threading.Thread(target=observer)]
