@@ -1,15 +1,19 @@
-"""The PostgreSQL server under test: which URLs are accepted, the throw-away database each case
-runs on, and the few statements the benchmark sends outside the ledger (VACUUM, versions)."""
+"""The servers under test: which URLs are accepted, the throw-away database each case runs on
+(PostgreSQL, and MariaDB and SQLite for the cases that compare backends), and the few statements
+the benchmark sends outside the ledger (VACUUM, versions)."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+from sqlalchemy import create_engine, exc, text
 from sqlalchemy.engine import URL, make_url
 
 from benchmarks.harness import BenchError, log
@@ -80,6 +84,39 @@ def fresh_database(server_url: URL) -> Iterator[URL]:
         with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         log(f"dropped database {name}")
+
+
+@contextmanager
+def fresh_mariadb_database(server: str) -> Iterator[URL]:
+    """Create ``ql_bench_<random>`` on the (local) MariaDB server, yield its URL, drop it
+    whatever happens."""
+    url = local_mariadb_url(server)
+    name = f"ql_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        except exc.DBAPIError as error:
+            raise BenchError(
+                f"cannot create a database on MariaDB at {url.host}:{url.port or 3306}: {error}"
+            ) from error
+        log(f"created MariaDB database {name}")
+        try:
+            yield url.set(database=name)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+            log(f"dropped MariaDB database {name}")
+    finally:
+        admin.dispose()
+
+
+@contextmanager
+def fresh_sqlite_database() -> Iterator[URL]:
+    """A SQLite file in a temporary folder, removed at the end."""
+    with tempfile.TemporaryDirectory() as folder:
+        yield make_url(f"sqlite:///{Path(folder) / 'ledger.db'}")
 
 
 def vacuum(dsn: str) -> None:

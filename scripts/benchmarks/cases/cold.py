@@ -8,20 +8,22 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, exc, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
-from benchmarks.database import conninfo, fresh_database, vacuum
-from benchmarks.harness import BenchError, log, median, run_threads, side_by_side
+from benchmarks.database import (
+    conninfo,
+    fresh_database,
+    fresh_mariadb_database,
+    fresh_sqlite_database,
+    vacuum,
+)
+from benchmarks.harness import log, median, run_threads, side_by_side
 from benchmarks.settings import Config
 from benchmarks.workload import PARTITION, ROOT, TTL_SECONDS
 from quota_ledger import QuotaEngine
@@ -169,41 +171,17 @@ class _Counter:
 
 
 @contextmanager
-def mariadb_database(server: str) -> Iterator[URL]:
-    """Create ``ql_bench_<random>`` on the MariaDB server, yield its URL, drop it at the end."""
-    url = make_url(server).set(drivername="mysql+pymysql")
-    name = f"ql_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE `{name}`"))
-    except exc.DBAPIError as error:
-        admin.dispose()
-        raise BenchError(
-            f"cannot create a database on MariaDB at {url.host}:{url.port or 3306}: {error}"
-        ) from error
-    log(f"created MariaDB database {name}")
-    try:
-        yield url.set(database=name)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
-        log(f"dropped MariaDB database {name}")
-
-
-@contextmanager
 def backend_database(cfg: Config, backend: str) -> Iterator[tuple[URL, Callable[[], None]]]:
     """A fresh database of ``backend`` and what to run between rounds."""
     if backend == "postgresql":
         with fresh_database(cfg.server_url) as url:
             yield url, lambda: vacuum(conninfo(url))
     elif backend == "mariadb":
-        with mariadb_database(cfg.mariadb_url) as url:
+        with fresh_mariadb_database(cfg.mariadb_url) as url:
             yield url, lambda: None
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            yield make_url(f"sqlite:///{Path(tmp) / 'cold.db'}"), lambda: None
+        with fresh_sqlite_database() as url:
+            yield url, lambda: None
 
 
 def run_backend(cfg: Config, backend: str) -> dict[str, Any]:

@@ -4,18 +4,12 @@ caller (target: p99 under 20 ms with batching)."""
 
 from __future__ import annotations
 
-import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
-from benchmarks.database import fresh_database, local_mariadb_url
+from benchmarks.database import fresh_database, fresh_mariadb_database, fresh_sqlite_database
 from benchmarks.harness import log, median, run_threads, side_by_side
 from benchmarks.settings import Config
 from benchmarks.workload import HOT_LIMITS, HOT_QUEUE, REQUEST, TTL_SECONDS, LibraryWorker
@@ -27,29 +21,6 @@ THREADS = (16, 64)
 PACED_RATE = 100.0
 PACED_CALLS = 400
 TARGET_P99_MS = 20.0
-
-
-@contextmanager
-def fresh_mariadb(server: URL) -> Iterator[URL]:
-    """A new database on the MariaDB server of ``server``, dropped at the end."""
-    name = f"ql_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(server)
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-        try:
-            yield server.set(database=name)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-    finally:
-        admin.dispose()
-
-
-@contextmanager
-def fresh_sqlite() -> Iterator[URL]:
-    with tempfile.TemporaryDirectory() as folder:
-        yield make_url(f"sqlite:///{Path(folder) / 'ledger.db'}")
 
 
 def paced(engine: QuotaEngine, rate: float, calls: int) -> dict[str, float]:
@@ -132,8 +103,8 @@ def run(cfg: Config) -> list[dict[str, Any]]:
     results = []
     with fresh_database(cfg.server_url) as db_url:
         results.append(measure(cfg, db_url, "postgresql"))
-    with fresh_mariadb(local_mariadb_url(cfg.mariadb_url)) as db_url:
+    with fresh_mariadb_database(cfg.mariadb_url) as db_url:
         results.append(measure(cfg, db_url, "mariadb"))
-    with fresh_sqlite() as db_url:
+    with fresh_sqlite_database() as db_url:
         results.append(measure(cfg, db_url, "sqlite"))
     return results
