@@ -35,17 +35,27 @@ COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
 # Inside a larger transaction (group commit, migration 0011): a decline returns NULL (no row).
 TRY_RESERVE = RESERVE.replace("quota_ledger_reserve(", "quota_ledger_try_reserve(", 1)
 TRY_COMMIT = COMMIT.replace("quota_ledger_commit(", "quota_ledger_try_commit(", 1)
-# whether those are installed (a schema at 0011 or later)
-HAS_TRY = (
+# A batch's plain reserves of one partition, and its whole commits, as one call each (0012).
+RESERVE_MANY = (
+    "SELECT * FROM quota_ledger_reserve_many(%(partition)s, %(version)s, %(ns)s, %(k)s, %(ids)s::text[],"
+    " %(keys)s::text[], %(request_hashes)s::text[], %(queues)s::text[], %(groups)s::text[],"
+    " %(ttl_us)s::bigint[], %(priority_classes)s::text[], %(kubes)s::text[], %(item_owners)s::integer[],"
+    " %(item_resources)s::text[], %(item_amounts)s::bigint[])"
+)
+COMMIT_MANY = "SELECT * FROM quota_ledger_commit_many(%(ids)s::text[], %(ops)s::text[])"
+# whether the functions a batch calls are installed (a schema at 0012 or later)
+HAS_BATCH_FUNCTIONS = (
     "SELECT to_regproc('quota_ledger_try_commit') IS NOT NULL"
     " AND to_regproc('quota_ledger_try_reserve') IS NOT NULL"
+    " AND to_regproc('quota_ledger_reserve_many') IS NOT NULL"
+    " AND to_regproc('quota_ledger_commit_many') IS NOT NULL"
 )
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"
 
 
-def try_installed(conn: Connection) -> bool:
-    """Whether the database has the functions a batch calls (a schema at 0011 or later)."""
-    return bool(conn.exec_driver_sql(HAS_TRY).scalar())
+def batch_functions_installed(conn: Connection) -> bool:
+    """Whether the database has the functions a batch calls (a schema at 0012 or later)."""
+    return bool(conn.exec_driver_sql(HAS_BATCH_FUNCTIONS).scalar())
 
 
 class Unavailable(Exception):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -70,6 +70,17 @@ class BatchStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Many:
+    """How requests like this one are decided together by one call: those of a batch with
+    equal ``group`` go as ``build`` of their plain calls' parameters, in batch order. The call
+    returns a row for each request it decided, ending with the request's place in it (1-based);
+    it declines the others without aborting the transaction (their steps decide them)."""
+
+    group: tuple[Any, ...]
+    build: Callable[[list[Mapping[str, Any]]], Call]
+
+
+@dataclass(frozen=True, slots=True)
 class Quick(Generic[T]):
     """A request decided by one call of a PostgreSQL function that is all or nothing by itself:
     ``call`` declines without aborting the transaction (``quota_ledger_try_*``, a
@@ -80,6 +91,8 @@ class Quick(Generic[T]):
     call: Call
     plain: Call
     finish: Callable[[list[Any]], T | None]
+    #: a call that decides this request together with others like it, when there are some
+    many: Many | None = None
 
 
 class _Declined(Exception):
@@ -150,7 +163,7 @@ class GroupCommit:
         (``quota_ledger_try_*``, revision 0011); asked of the database once."""
         if self._functions is None:
             installed = self.driver.functions and self.driver.run(
-                lambda tx: pg_functions.try_installed(tx.conn)
+                lambda tx: pg_functions.batch_functions_installed(tx.conn)
             )
             self._functions = installed
         return self._functions
@@ -299,16 +312,20 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
             if quick is not None:
                 planned.append((i, quick))
     if planned and tx.fast is not None:
+        sends = _sends(planned, plain=plain)
         try:
-            answers = tx.fast.pipelined([quick.plain if plain else quick.call for _, quick in planned])
+            answers = tx.fast.pipelined([call for call, _, _ in sends])
         except exc.DBAPIError as error:
             if plain and getattr(error.orig, "sqlstate", None) == pg_functions.DECLINED:
                 raise _Declined() from error
             raise
-        for (i, quick), rows in zip(planned, answers, strict=True):
-            value = quick.finish(rows)
-            if value is not None:
-                decided[i] = value
+        for (_, members, together), rows in zip(sends, answers, strict=True):
+            # a call for many answers with a row for each it decided, ending with its place
+            by_member = {row[-1] - 1: [row] for row in rows} if together else {0: rows}
+            for n, (i, quick) in enumerate(members):
+                value = quick.finish(by_member[n]) if n in by_member else None
+                if value is not None:
+                    decided[i] = value
     outcomes: list[Any] = []
     for i, job in enumerate(jobs):
         if i in decided:
@@ -326,3 +343,26 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
             savepoint.commit()
             outcomes.append(value)
     return outcomes
+
+
+Planned = list[tuple[int, Quick[Any]]]
+
+
+def _sends(planned: Planned, *, plain: bool) -> list[tuple[Call, Planned, bool]]:
+    """The calls that decide ``planned``, in order, each with the requests it decides and
+    whether it is a call for many: one for every group of two or more requests that can be
+    decided together (where its first one was), and each other request's own call."""
+    groups: dict[tuple[Any, ...], Planned] = {}
+    for i, quick in planned:
+        if quick.many is not None:
+            groups.setdefault(quick.many.group, []).append((i, quick))
+    sends: list[tuple[Call, Planned, bool]] = []
+    for i, quick in planned:
+        many = quick.many
+        members = groups[many.group] if many is not None else []
+        if many is not None and len(members) > 1:
+            if members[0][0] == i:
+                sends.append((many.build([q.plain.params for _, q in members]), members, True))
+        else:
+            sends.append((quick.plain if plain else quick.call, [(i, quick)], False))
+    return sends

@@ -31,7 +31,7 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.group_commit import Quick
+from quota_ledger.ledger.group_commit import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking, validation
 from quota_ledger.model import limits as limit_rules
@@ -372,10 +372,40 @@ def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quic
     charges = quota_charges(known, request)
     if charges is None:
         return None
-    params = function_params(known, request, charges, identity_of(known, request))
+    identity = identity_of(known, request)
+    params = function_params(known, request, charges, identity)
 
     def finish(rows: list[Any]) -> Reservation | None:
         created: datetime | None = rows[0][0]
         return None if created is None else request.pending(created)
 
-    return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish)
+    # a plain request (no ResourceQuota, user or application) can be reserved with others
+    plain = not charges and identity.app_key is None and not identity.counters
+    many = Many(("reserve", request.partition, known.version), reserve_many) if plain else None
+    return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish, many)
+
+
+def reserve_many(calls: list[Mapping[str, Any]]) -> Call:
+    """One call of ``ledger_reserve_many`` for plain requests of one partition and configuration
+    version, from the parameters of their own calls (:func:`function_params`)."""
+    first = calls[0]
+    return Call(
+        pg_functions.RESERVE_MANY,
+        {
+            "partition": first["partition"],
+            "version": first["version"],
+            "ns": first["ns"],
+            "k": first["k"],
+            "ids": [c["id"] for c in calls],
+            "keys": [c["key"] for c in calls],
+            "request_hashes": [c["request_hash"] for c in calls],
+            "queues": [c["queue"] for c in calls],
+            "groups": [c["groups"] for c in calls],
+            "ttl_us": [c["ttl_us"] for c in calls],
+            "priority_classes": [c["priority_class"] for c in calls],
+            "kubes": [c["kube"] for c in calls],
+            "item_owners": [n for n, c in enumerate(calls, 1) for _ in c["resources"]],
+            "item_resources": [r for c in calls for r in c["resources"]],
+            "item_amounts": [a for c in calls for a in c["amounts"]],
+        },
+    )

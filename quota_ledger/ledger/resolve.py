@@ -27,7 +27,7 @@ from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.group_commit import Quick
+from quota_ledger.ledger.group_commit import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking
 from quota_ledger.model import limits as limit_rules
@@ -243,7 +243,13 @@ def by_function_in(
         return (committed(reservation_id, rows[0]), False) if rows else None
 
     params = {"id": reservation_id, "op": operation_id}
-    return Quick(Call(pg_functions.TRY_COMMIT, params), Call(pg_functions.COMMIT, params), finish)
+    many = Many(("commit",), commit_many)
+    return Quick(Call(pg_functions.TRY_COMMIT, params), Call(pg_functions.COMMIT, params), finish, many)
+
+
+def commit_many(calls: list[Mapping[str, Any]]) -> Call:
+    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters."""
+    return Call(pg_functions.COMMIT_MANY, {"ids": [c["id"] for c in calls], "ops": [c["op"] for c in calls]})
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:

@@ -189,11 +189,13 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
 _RELEASED = {
     "check_updated.sql": "1b2915cf8cffac5a",
     "commit.sql": "74140e964323e54a",
+    "commit_many.sql": "62b0fe4515ad4102",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
     "reserve.sql": "95b0f62d5927aa9e",
+    "reserve_many.sql": "8cbfa3dc6ef985d2",
     "reserve_v1.sql": "36cb63393885e0c5",
     "try_commit.sql": "bd69858c05afaa00",
     "try_reserve.sql": "47db5b4af1a49d3f",

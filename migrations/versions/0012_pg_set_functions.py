@@ -1,0 +1,45 @@
+"""PostgreSQL: functions that decide a batch's plain reservations and commits as a set.
+
+Group commit sent one function call per request, each a dozen statements run one after another
+on the server. ``quota_ledger_reserve_many`` reserves many plain requests of a partition with one
+statement per step (their rows, their items, one update per counter with the sum), admitting the
+longest prefix that fits; ``quota_ledger_commit_many`` commits many reservations the same way
+(a tracked one by ``quota_ledger_try_commit``). What either declines, the engine decides alone.
+MariaDB and SQLite get nothing here.
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from quota_ledger.driver import sql
+
+revision = "0012"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+_DEFINITIONS = ("reserve_many", "commit_many")
+_FUNCTIONS = (
+    "quota_ledger_reserve_many(text, integer, integer, integer, text[], text[], text[], text[], text[],"
+    " bigint[], text[], text[], integer[], text[], bigint[])",
+    "quota_ledger_commit_many(text[], text[])",
+)
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    for name in _DEFINITIONS:
+        op.execute(sql.definition(name))
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    for signature in _FUNCTIONS:
+        op.execute(f"DROP FUNCTION IF EXISTS {signature}")
