@@ -9,11 +9,15 @@ savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
 :class:`ReservationNotFound`, ...) is rolled back to its savepoint and leaves the others alone,
 so a batch decides exactly what its requests, run one after another, would have decided.
 
-On PostgreSQL the plain reserves and whole commits of a batch are function calls, sent in one
-pipelined round trip before any other step. While none has declined lately they go plain; one
-that declines aborts the transaction, which then runs again with every call guarded
-(``quota_ledger_try_*``: an exception block, so a decline undoes only that call), as do the
-next batches: a guard is a subtransaction, which costs about a third more server time a call.
+On PostgreSQL a batch sends its function calls in one pipelined round trip before any other
+step. Requests that can be decided as a set (a :class:`Many`: the plain reserves of one
+partition, the whole commits) go as one call for all of them (``quota_ledger_reserve_many``,
+``quota_ledger_commit_many``): one statement per step whatever their number, each counter
+updated once. What such a call declines, its requests' steps decide. Other requests go as one
+call each. While none of those has declined lately they go plain; one that declines aborts the
+transaction, which then runs again with every such call guarded (``quota_ledger_try_*``: an
+exception block, so a decline undoes only that call), as do the next batches: a guard is a
+subtransaction, which costs about a third more server time a call.
 
 Every caller learns its outcome only after the batch's transaction has committed. The driver
 retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
@@ -160,7 +164,7 @@ class GroupCommit:
     @property
     def functions(self) -> bool:
         """Whether a batch may call the PostgreSQL functions that decline without aborting it
-        (``quota_ledger_try_*``, revision 0011); asked of the database once."""
+        (``quota_ledger_try_*`` and ``*_many``, revision 0012); asked of the database once."""
         if self._functions is None:
             installed = self.driver.functions and self.driver.run(
                 lambda tx: pg_functions.batch_functions_installed(tx.conn)
