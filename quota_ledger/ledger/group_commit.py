@@ -30,7 +30,10 @@ way leads, and starts a transaction at once; the requests that arrive while it r
 the next batch, which the leader also decides if its own request is among them, or hands to
 the oldest waiting caller. A quiet ledger so runs each call in its caller's thread as without
 batching (no hand-over between threads, measured: a dedicated flusher thread doubled the
-median latency of a lone caller), and a busy one gets larger batches.
+median latency of a lone caller), and a busy one gets larger batches. One thread may also put
+many requests on the queue at once and wait for all of their outcomes
+(:meth:`GroupCommit.run_many`: the service's ``POST /v1/batch``, without a thread per
+operation); it leads as any caller does, until every one of its requests is decided.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import exc
@@ -103,25 +106,52 @@ class _Declined(Exception):
     """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
 
 
+@dataclass(frozen=True, slots=True)
+class Request(Generic[T]):
+    """One request for a batch, as :meth:`GroupCommit.run` takes it (the arguments of
+    :meth:`GroupCommit.run`, as a value for :meth:`GroupCommit.run_many`)."""
+
+    #: decides the request inside the batch's transaction, in a savepoint of its own
+    step: Callable[[LedgerTx], T]
+    #: where it goes in its batch (requests on one queue side by side)
+    order: tuple[str, ...] = ()
+    #: which function call may decide it now (PostgreSQL), if any (None: none)
+    fast: Callable[[LedgerTx], Quick[T] | None] | None = None
+    #: how it is decided when it is alone in its batch (default: ``step`` in a transaction of
+    #: its own)
+    alone: Callable[[], T] | None = None
+
+
+class _Caller:
+    """A thread waiting for its requests: woken once all of them are decided, or to lead."""
+
+    __slots__ = ("undecided", "wake")
+
+    def __init__(self, undecided: int) -> None:
+        self.undecided = undecided
+        self.wake = threading.Event()
+
+
 @dataclass(eq=False)
 class _Job:
     step: Callable[[LedgerTx], Any]
     #: jobs of a batch run in this order (stable): requests on one queue together
     order: tuple[str, ...]
     #: the request's function call, if it has one now (PostgreSQL)
-    fast: Callable[[LedgerTx], Quick[Any] | None] | None = None
+    fast: Callable[[LedgerTx], Quick[Any] | None] | None
     #: how the request is decided alone (default: ``step`` in a transaction of its own)
-    alone: Callable[[], Any] | None = None
-    #: set when the job is decided, or when its thread is to lead the next batches
-    wake: threading.Event = field(default_factory=threading.Event)
+    alone: Callable[[], Any] | None
+    #: the thread waiting for it (only the leader decides jobs, so only it counts them down)
+    caller: _Caller
     done: bool = False
-    lead: bool = False
     value: Any = None
     error: BaseException | None = None
 
     def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
         self.value, self.error, self.done = value, error, True
-        self.wake.set()
+        self.caller.undecided -= 1
+        if self.caller.undecided == 0:
+            self.caller.wake.set()
 
 
 class _Refused:
@@ -192,22 +222,47 @@ class GroupCommit:
 
         The caller that finds no batch under way leads: it decides what is queued, its own
         request with it, batch after batch until its own is decided, then hands the lead to
-        the oldest request still queued. The others wait for their outcome (or the lead)."""
-        job = _Job(step, tuple(order), fast, alone)
-        with self._lock:
-            if self._closing:
-                raise DatabaseUnavailable("the engine is closed")
-            self._queue.append(job)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            job.wake.wait()
-        if not job.done:
-            self._lead(job)
+        the caller of the oldest request still queued. The others wait for their outcome (or
+        the lead)."""
+        (job,) = self._submit([Request(step, tuple(order), fast, alone)])
         if job.error is not None:
             raise job.error
         result: T = job.value
         return result
+
+    def run_many(self, requests: Sequence[Request[T]]) -> list[T | Exception]:
+        """Decide many requests from one thread, as :meth:`run` decides one: each in its own
+        savepoint, with the outcome it would have had alone. Returns, in the order given, each
+        request's value or its error, once every batch that decided them has committed.
+        Requests beyond ``max_batch`` go to the batches after."""
+        outcomes: list[T | Exception] = []
+        for job in self._submit(requests):
+            if job.error is None:
+                outcomes.append(job.value)
+            elif isinstance(job.error, Exception):
+                outcomes.append(job.error)
+            else:
+                raise job.error
+        return outcomes
+
+    def _submit(self, requests: Sequence[Request[Any]]) -> list[_Job]:
+        """Queue the requests; return their jobs once all are decided, leading when no one
+        does (or when handed the lead)."""
+        caller = _Caller(len(requests))
+        jobs = [_Job(r.step, tuple(r.order), r.fast, r.alone, caller) for r in requests]
+        if not jobs:
+            return jobs
+        with self._lock:
+            if self._closing:
+                raise DatabaseUnavailable("the engine is closed")
+            self._queue.extend(jobs)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            caller.wake.wait()
+        if caller.undecided:  # woken to lead
+            self._lead(caller)
+        return jobs
 
     def close(self) -> None:
         """Stop taking requests; return once those already queued are decided."""
@@ -217,9 +272,9 @@ class GroupCommit:
                 self._idle.wait()
 
     # -- leading ------------------------------------------------------------------------------
-    def _lead(self, mine: _Job) -> None:
+    def _lead(self, caller: _Caller) -> None:
         try:
-            while not mine.done:
+            while caller.undecided:
                 with self._lock:
                     jobs = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
                 try:
@@ -232,10 +287,11 @@ class GroupCommit:
                     raise
         finally:
             with self._lock:
+                if caller.undecided:
+                    # Leaving on an error: the caller's requests still queued are not decided.
+                    self._queue = deque(job for job in self._queue if job.caller is not caller)
                 if self._queue:
-                    successor = self._queue[0]
-                    successor.lead = True
-                    successor.wake.set()
+                    self._queue[0].caller.wake.set()
                 else:
                     self._leading = False
                     self._idle.notify_all()
