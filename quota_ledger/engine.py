@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import URL
 
@@ -48,6 +49,25 @@ from quota_ledger.model.values import ConfigProblem, Drift, Reservation, Usage
 T = TypeVar("T")
 DEFAULT_PARTITION = "default"
 DEFAULT_TTL = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """A reservation operation whose arguments are checked, ready to be decided
+    (:meth:`QuotaEngine.decide`, or many at once :meth:`QuotaEngine.decide_all`)."""
+
+    #: how group commit decides it (or a transaction of its own, without batching)
+    request: group_commit.Request[Any]
+    #: the result from the request's value, once its transaction has committed (may raise)
+    finish: Callable[[Any], T] | None = None
+
+
+def _outcome(call: Callable[[], T]) -> T | Exception:
+    """The call's result, or the error it raised (one operation of many)."""
+    try:
+        return call()
+    except Exception as error:  # delivered as that operation's outcome
+        return error
 
 
 class QuotaEngine:
@@ -293,6 +313,41 @@ class QuotaEngine:
         requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
         ResourceQuotas in the queue's namespace match on.
         """
+        return self.decide(
+            self.prepare_reserve(
+                queue,
+                resources,
+                partition=partition,
+                user=user,
+                groups=groups,
+                application=application,
+                priority_class=priority_class,
+                ttl=ttl,
+                key=key,
+                terminating=terminating,
+                best_effort=best_effort,
+                cross_namespace_affinity=cross_namespace_affinity,
+            )
+        )
+
+    def prepare_reserve(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
+    ) -> Operation[Reservation]:
+        """:meth:`reserve` checked but not decided yet (:meth:`decide_all`); raises what
+        :meth:`reserve` raises for its arguments."""
         validation.partition(partition)
         validation.queue(queue)
         amounts = self._bounded(resources, self.bounds.request)
@@ -323,7 +378,7 @@ class QuotaEngine:
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
         )
-        return self._reserve(request)
+        return self._reservation(request)
 
     def reserve_pod(
         self,
@@ -341,6 +396,18 @@ class QuotaEngine:
         ``yunikorn.apache.org/user.info`` and the application from the ``applicationId`` label.
         ``key`` defaults to the pod's ``metadata.uid``.
         """
+        return self.decide(self.prepare_reserve_pod(pod, partition=partition, ttl=ttl, key=key))
+
+    def prepare_reserve_pod(
+        self,
+        pod: Any,
+        *,
+        partition: str = DEFAULT_PARTITION,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> Operation[Reservation]:
+        """:meth:`reserve_pod` checked but not decided yet (:meth:`decide_all`); reads the
+        namespace's queue."""
         validation.partition(partition)
         request = pods.parse_pod(pod)
         self.bounds.request(request.resources, "spec.containers")
@@ -359,7 +426,7 @@ class QuotaEngine:
             namespace=request.namespace,
             missing={"requests": request.missing_requests, "limits": request.missing_limits},
         )
-        return self._reserve(checked)
+        return self._reservation(checked)
 
     def get(self, reservation_id: str) -> Reservation:
         """The reservation with this id, as stored now."""
@@ -386,11 +453,15 @@ class QuotaEngine:
         it; a rolled-back or expired one raises :class:`ReservationStateError`, also when its
         expiry time has passed but no sweep has run yet (it is expired on the spot).
         """
+        return self.decide(self.prepare_commit(reservation_id, resources))
+
+    def prepare_commit(
+        self, reservation_id: str, resources: Mapping[str, Any] | None = None
+    ) -> Operation[Reservation]:
+        """:meth:`commit` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
         amounts = None if resources is None else self._bounded(resources, self.bounds.request)
         operation_id = str(uuid.uuid4())
-        if self.group_commit is None:
-            return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id)
         step = partial(
             resolve.commit_general,
             rules=self.rules,
@@ -399,16 +470,48 @@ class QuotaEngine:
             operation_id=operation_id,
         )
         fast = None
-        if amounts is None and self.group_commit.functions:
+        if amounts is None and self._functions:
             fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
         alone = partial(self._commit_alone, reservation_id, amounts, operation_id)
-        return resolve.raise_expired(self.group_commit.run(step, fast=fast, alone=alone))
+        request = group_commit.Request(step, fast=fast, alone=alone)
+        return Operation(request, resolve.raise_expired)
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
         rolling back a committed one raises :class:`ReservationStateError`."""
+        return self.decide(self.prepare_rollback(reservation_id))
+
+    def prepare_rollback(self, reservation_id: str) -> Operation[Reservation]:
+        """:meth:`rollback` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
-        return self._decide(lambda tx: resolve.rollback(tx, self.rules, reservation_id))
+        return Operation(
+            group_commit.Request(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id))
+        )
+
+    def decide(self, operation: Operation[T]) -> T:
+        """Decide a prepared operation (``prepare_*``): in a transaction of its own, or with
+        batching in the next batch; its result, or raises its error."""
+        request = operation.request
+        if self.group_commit is None:
+            value = request.alone() if request.alone is not None else self.driver.run(request.step)
+        else:
+            value = self.group_commit.run(request.step, request.order, request.fast, request.alone)
+        return value if operation.finish is None else operation.finish(value)
+
+    def decide_all(self, operations: Sequence[Operation[T]]) -> list[T | Exception]:
+        """Decide many prepared operations (``prepare_*``) from this thread, each exactly as
+        :meth:`decide` would; each one's result or error, in order. With batching they are
+        queued together and decided in shared transactions (no thread each); without, one
+        after another."""
+        if self.group_commit is None:
+            return [_outcome(partial(self.decide, operation)) for operation in operations]
+        values = self.group_commit.run_many([operation.request for operation in operations])
+        return [
+            value
+            if isinstance(value, Exception) or operation.finish is None
+            else _outcome(partial(operation.finish, value))
+            for operation, value in zip(operations, values, strict=True)
+        ]
 
     def release(
         self,
@@ -628,17 +731,16 @@ class QuotaEngine:
         return audit.audit(self.driver, self.rules, names, fix)
 
     # -- internals ---------------------------------------------------------------------------
-    def _reserve(self, request: ReserveRequest) -> Reservation:
-        if self.group_commit is None:
-            return reserve.reserve(self.driver, self.rules, self.bounds, request)
+    def _reservation(self, request: ReserveRequest) -> Operation[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
-        fast = (
-            partial(reserve.by_function_in, rules=self.rules, request=request)
-            if self.group_commit.functions
-            else None
-        )
+        fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
         alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
-        return self.group_commit.run(step, (request.partition, request.queue), fast, alone)
+        return Operation(group_commit.Request(step, (request.partition, request.queue), fast, alone))
+
+    @property
+    def _functions(self) -> bool:
+        """Whether a batch may decide requests by function calls (PostgreSQL, with batching)."""
+        return self.group_commit is not None and self.group_commit.functions
 
     def _commit_alone(
         self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
@@ -647,9 +749,7 @@ class QuotaEngine:
 
     def _decide(self, step: Callable[[LedgerTx], T]) -> T:
         """Run ``step`` in a transaction of its own, or in the next batch with batching."""
-        if self.group_commit is None:
-            return self.driver.run(step)
-        return self.group_commit.run(step)
+        return self.decide(Operation(group_commit.Request(step)))
 
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:

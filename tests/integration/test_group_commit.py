@@ -30,7 +30,8 @@ from quota_ledger import (
 )
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reserve
-from quota_ledger.ledger.group_commit import GroupCommit
+from quota_ledger.ledger.group_commit import GroupCommit, Request
+from quota_ledger.model.values import Reservation
 
 Outcome = tuple[str, Any]  # ("ok", value) or ("error", exception)
 
@@ -309,6 +310,115 @@ def test_close_decides_what_is_queued_then_refuses(db_url: URL) -> None:
         assert again.usage("root.a")["fpga"].reserved == 5
     finally:
         again.close()
+
+
+ZERO_ID = "00000000-0000-0000-0000-000000000000"
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["batching", "alone"])
+def test_decide_all_gives_each_operation_the_outcome_it_has_alone(db_url: URL, batching: bool) -> None:
+    engine = QuotaEngine.from_url(db_url, batching=batching, pool_size=4)
+    try:
+        engine.set_limits("root.a", {"fpga": 4})
+        earlier = engine.reserve("root.a", {"fpga": 1})
+        with pytest.raises(InvalidRequest):  # a malformed id is refused before anything is queued
+            engine.prepare_commit("not an id\n")
+        before = engine.batch_stats
+        outcomes = engine.decide_all(
+            [
+                engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),
+                engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),  # the same request again
+                engine.prepare_reserve("root.a", {"fpga": 3}, key="k"),  # the key, another request
+                engine.prepare_reserve("root.a", {"fpga": 2}),  # over the limit
+                engine.prepare_reserve("root.a", {"fpga": 1}),
+                engine.prepare_commit(ZERO_ID),
+                engine.prepare_commit(earlier.id),
+                engine.prepare_rollback(earlier.id),  # after the commit: refused
+                engine.prepare_rollback(ZERO_ID),
+            ]
+        )
+        kinds = [type(o) for o in outcomes]
+        assert kinds == [
+            *(Reservation, Reservation, IdempotencyConflict, OverQuota, Reservation),
+            *(ReservationNotFound, Reservation, ReservationStateError, ReservationNotFound),
+        ]
+        keyed, again, *_ = outcomes
+        assert isinstance(keyed, Reservation)
+        assert isinstance(again, Reservation)
+        assert again.id == keyed.id
+        committed = outcomes[6]
+        assert isinstance(committed, Reservation)
+        assert committed.state is ReservationState.COMMITTED
+        usage = engine.usage("root.a")["fpga"]
+        assert (usage.in_use, usage.reserved) == (1, 3)
+        after = engine.batch_stats
+        if batching:  # the caller led: one batch decided all nine
+            assert (after.batches - before.batches, after.requests - before.requests) == (1, 9)
+        else:
+            assert after == before
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_decide_all_beyond_max_batch_spans_batches_and_leads_when_handed(db_url: URL) -> None:
+    engine = QuotaEngine.from_url(db_url, batching=True, max_batch=8, pool_size=4)
+    try:
+        engine.set_limits("root.a", {"fpga": 18})
+        operations = [engine.prepare_reserve("root.a", {"fpga": 1}) for _ in range(20)]
+        flusher = _flusher(engine)
+        held = HeldFlusher(engine)
+        many: list[Reservation | Exception] = []
+        alone: list[Outcome] = []
+
+        def single() -> None:
+            try:
+                alone.append(("ok", engine.reserve("root.a", {"fpga": 1})))
+            except QuotaLedgerError as error:
+                alone.append(("error", error))
+
+        callers = [threading.Thread(target=lambda: many.extend(engine.decide_all(operations)))]
+        callers[0].start()
+        while flusher.pending < 20:
+            time.sleep(0.005)
+        callers.append(threading.Thread(target=single))  # queued behind all twenty
+        callers[1].start()
+        while flusher.pending < 21:
+            time.sleep(0.005)
+        before = engine.batch_stats
+        held.release()
+        for caller in callers:
+            caller.join(30)
+        after = engine.batch_stats
+        # the holding step's batch, then the 21 requests in queue order, 8 a batch at most
+        assert (after.batches - before.batches, after.requests - before.requests) == (1 + 3, 1 + 21)
+        assert after.largest == 8
+        assert [type(o) for o in many] == [Reservation] * 18 + [OverQuota] * 2
+        assert len({o.id for o in many if isinstance(o, Reservation)}) == 18
+        assert [(kind, type(value)) for kind, value in alone] == [("error", OverQuota)]
+        assert engine.usage("root.a")["fpga"].reserved == 18
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_run_many_returns_values_and_errors_in_order(db_url: URL) -> None:
+    engine = QuotaEngine.from_url(db_url, batching=True, pool_size=4)
+    flusher = _flusher(engine)
+
+    def refused(tx: LedgerTx) -> int:
+        raise ReservationNotFound("r")
+
+    try:
+        assert flusher.run_many([]) == []
+        outcomes = flusher.run_many([Request(lambda tx: 1), Request(refused), Request(lambda tx: 3)])
+        assert [o if isinstance(o, int) else type(o) for o in outcomes] == [1, ReservationNotFound, 3]
+        (only,) = flusher.run_many([Request(refused)])  # alone: in a transaction of its own
+        assert isinstance(only, ReservationNotFound)
+    finally:
+        engine.close()
+    with pytest.raises(DatabaseUnavailable):
+        flusher.run_many([Request(lambda tx: 1)])
 
 
 def test_bad_options_are_refused() -> None:
