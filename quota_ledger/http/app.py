@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -82,9 +81,6 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     metrics = Metrics(engine)
     auth = Authenticator(engine, settings.token_cache_seconds)
     stop = threading.Event()
-    # POST /v1/batch runs its operations here, one thread each, so that group commit decides
-    # them together.
-    executor = ThreadPoolExecutor(batch_threads(engine, settings), thread_name_prefix="quota-ledger-batch")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -113,7 +109,6 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
             stop.set()
             if thread is not None:
                 thread.join(timeout=10)
-            executor.shutdown(wait=True, cancel_futures=True)
 
     app = FastAPI(
         title="quota-ledger",
@@ -129,7 +124,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     errors.install(app)
     app.include_router(ops.build(engine, auth, metrics))
     app.include_router(routes.build(engine, auth, metrics))
-    app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics), executor))
+    app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics)))
     app.include_router(yunikorn.build(engine, auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
@@ -140,11 +135,3 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.state.engine = engine
     app.state.metrics = metrics
     return app
-
-
-def batch_threads(engine: QuotaEngine, settings: Settings) -> int:
-    """Threads that run the operations of ``POST /v1/batch``: a whole batch of the engine's
-    group commit with batching, else as many as it pools connections."""
-    if engine.group_commit is not None:
-        return engine.group_commit.max_batch
-    return settings.pool_size

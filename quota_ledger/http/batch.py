@@ -2,17 +2,16 @@
 
 Each operation is decided exactly as its own request would be (``POST /v1/reservations``,
 ``.../commit``, ``.../rollback``): the same role and token restrictions, the same validation,
-the same errors and status codes, independently of the others. They run at the same time, one
-thread each, so that an engine with batching decides them in shared transactions; their
-results come back in the order sent. Operations of one batch are concurrent: a commit does not
-wait for a reservation made in the same batch (send the commits in the next batch).
+the same errors and status codes, independently of the others. One thread checks them all,
+then hands them to the engine at once: with batching, group commit decides them in shared
+transactions (each in its own savepoint; see :meth:`GroupCommit.run_many`), without it they
+are decided one after another. Their results come back in the order sent. Operations of one
+batch are concurrent: a commit does not wait for a reservation made in the same batch (send
+the commits in the next batch).
 """
 
-import asyncio
 import json
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -20,10 +19,11 @@ import pydantic_core
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.http import errors, ledger_ops, models
 from quota_ledger.http.auth import Authenticator
-from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
 from quota_ledger.service.tokens import Token
 
 log = logging.getLogger("quota_ledger.http")
@@ -80,8 +80,8 @@ class BatchOut(BaseModel):
     results: list[ResultOut]
 
 
-def build(auth: Authenticator, ops: ledger_ops.LedgerOps, executor: ThreadPoolExecutor) -> APIRouter:
-    """The ``/v1/batch`` route; operations run on ``executor`` (one thread each)."""
+def build(auth: Authenticator, ops: ledger_ops.LedgerOps) -> APIRouter:
+    """The ``/v1/batch`` route; each batch runs on one worker thread."""
     router = APIRouter(prefix="/v1", responses={code: spec for code, spec in _ERRORS.items()})
     service = Depends(auth.require("service"))
 
@@ -89,9 +89,7 @@ def build(auth: Authenticator, ops: ledger_ops.LedgerOps, executor: ThreadPoolEx
     async def batch(body: BatchBody, token: Annotated[Token, service]) -> Response:
         """Reserve, commit and roll back many reservations in one request; each operation is
         decided as its own request would be, and the results come in the order sent."""
-        loop = asyncio.get_running_loop()
-        work = [_operation(ops, token, item) for item in body.operations]
-        outcomes = await asyncio.gather(*(loop.run_in_executor(executor, _outcome, w) for w in work))
+        outcomes = await run_in_threadpool(_decide, ops, token, body.operations)
         results = [{"status": status, "body": found} for status, found in outcomes]
         content = json.dumps({"results": results}, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
         return Response(content.encode(), media_type="application/json")
@@ -99,49 +97,53 @@ def build(auth: Authenticator, ops: ledger_ops.LedgerOps, executor: ThreadPoolEx
     return router
 
 
-def _operation(ops: ledger_ops.LedgerOps, token: Token, item: dict[str, Any]) -> Callable[[], Outcome]:
-    """The operation ``item`` asks for, as a call returning (status, body)."""
+def _decide(ops: ledger_ops.LedgerOps, token: Token, items: list[dict[str, Any]]) -> list[Outcome]:
+    """(status, body) of every operation: each checked in turn, then all decided at once."""
+    outcomes: list[Outcome | None] = []
+    planned: list[tuple[int, int, ledger_ops.Planned]] = []  # (where, status on success, operation)
+    for item in items:
+        try:
+            status, plan = _plan(ops, token, item)
+        except Exception as error:  # this operation's refusal
+            outcomes.append(_refusal(error))
+        else:
+            planned.append((len(outcomes), status, plan))
+            outcomes.append(None)
+    decided = ops.decide_all([plan for _, _, plan in planned])
+    for (where, status, _), outcome in zip(planned, decided, strict=True):
+        if isinstance(outcome, Exception):
+            outcomes[where] = _refusal(outcome)
+        else:
+            outcomes[where] = status, ledger_ops.reservation_body(outcome)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _plan(ops: ledger_ops.LedgerOps, token: Token, item: dict[str, Any]) -> tuple[int, ledger_ops.Planned]:
+    """The operation ``item`` asks for, checked, with the status of its success."""
     kind = item.get("op")
     if kind == "reserve":
-        fields = {k: v for k, v in item.items() if k != "op"}
-
-        def reserve() -> Outcome:
-            body = models.ReserveBody.model_validate(fields)
-            return 201, ledger_ops.reservation_body(ops.reserve(body, token, body.key))
-
-        return reserve
+        body = models.ReserveBody.model_validate({k: v for k, v in item.items() if k != "op"})
+        return 201, ops.plan_reserve(body, token, body.key)
     if kind == "commit":
-
-        def commit() -> Outcome:
-            op = CommitOp.model_validate(item)
-            return 200, ledger_ops.reservation_body(ops.commit(op.id, token, op.resources))
-
-        return commit
+        commit = CommitOp.model_validate(item)
+        return 200, ops.plan_commit(commit.id, token, commit.resources)
     if kind == "rollback":
-
-        def rollback() -> Outcome:
-            op = RollbackOp.model_validate(item)
-            return 200, ledger_ops.reservation_body(ops.rollback(op.id, token))
-
-        return rollback
-    refused = (422, errors.body("invalid_request", f"op must be one of {', '.join(OPERATIONS)}", field="op"))
-    return lambda: refused
+        rollback = RollbackOp.model_validate(item)
+        return 200, ops.plan_rollback(rollback.id, token)
+    raise InvalidRequest(f"op must be one of {', '.join(OPERATIONS)}", field="op")
 
 
-def _outcome(work: Callable[[], Outcome]) -> Outcome:
-    """(status, body) of one operation: its result, or the error its own request would get."""
-    try:
-        return work()
-    except QuotaLedgerError as error:
+def _refusal(error: Exception) -> Outcome:
+    """(status, body) of an operation's error: what its own request would get."""
+    if isinstance(error, QuotaLedgerError):
         return errors.ledger_error(error)
-    except HTTPException as error:
+    if isinstance(error, HTTPException):
         return error.status_code, errors.http_error(error)
-    except pydantic.ValidationError as error:
+    if isinstance(error, pydantic.ValidationError):
         problems = error.errors(include_url=False, include_context=False, include_input=False)
         return 422, pydantic_core.to_jsonable_python(errors.validation_error(problems))
-    except Exception:
-        log.exception("unexpected error in a batch operation")
-        return 500, errors.body("internal", "internal error")
+    log.error("unexpected error in a batch operation", exc_info=error)
+    return 500, errors.body("internal", "internal error")
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {

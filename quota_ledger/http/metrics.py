@@ -62,24 +62,29 @@ class Metrics:
 
     @contextmanager
     def observe(self, operation: str) -> Iterator[None]:
+        """Count the operation run in the block, with its outcome and latency."""
         started = time.perf_counter()
-        outcome = "ok"
         try:
             yield
-        except OverQuota as error:
+        except Exception as error:
+            self.record(operation, started, error)
+            raise
+        self.record(operation, started)
+
+    def record(self, operation: str, started: float, error: Exception | None = None) -> None:
+        """Count one operation begun at ``started`` (``time.perf_counter()``): its outcome
+        (``error``: its refusal) and its latency until now."""
+        outcome = "ok"
+        if isinstance(error, OverQuota):
             outcome = "over_quota"
             for violation in error.violations:
                 self.refusals.labels(violation.partition, violation.resource).inc()
-            raise
-        except QuotaLedgerError as error:
+        elif isinstance(error, QuotaLedgerError):
             outcome = str(http_errors.status_of(error)[0])
-            raise
-        except Exception:
+        elif error is not None:
             outcome = "error"
-            raise
-        finally:
-            self.operations.labels(operation, outcome).inc()
-            self.latency.labels(operation, outcome).observe(time.perf_counter() - started)
+        self.operations.labels(operation, outcome).inc()
+        self.latency.labels(operation, outcome).observe(time.perf_counter() - started)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

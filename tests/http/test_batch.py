@@ -184,3 +184,31 @@ def test_concurrent_requests_and_batches_on_one_queue_add_up(service: Service) -
     line = next(x for x in text.splitlines() if x.startswith("quota_ledger_group_commit_requests_total "))
     decided = float(line.split()[1])
     assert decided >= committed * 2
+
+
+@pytest.mark.parametrize("service", [{"batching": True, "max_batch": 8}], indirect=True)
+def test_a_batch_larger_than_a_group_commit_batch_is_decided_in_several(service: Service) -> None:
+    _configure(service)
+    with service.client("admin") as admin:
+        assert admin.put("/v1/queues/root.a/limits", json={"resources": {"fpga": 100}}).status_code == 200
+    before = service.engine.batch_stats
+    results = _batch(
+        service,
+        "service",
+        [{"op": "reserve", "queue": "root.a", "resources": {"fpga": 1}}] * 20
+        + [{"op": "reserve", "queue": "root.b", "resources": {"fpga": 2}}] * 3
+        + [{"op": "commit", "id": ZERO_ID}],
+    )
+    # in the order sent, 8 a transaction: the third root.b reservation no longer fits
+    assert [r["status"] for r in results] == [201] * 22 + [409, 404]
+    assert len({r["body"]["id"] for r in results[:22]}) == 22
+    after = service.engine.batch_stats
+    assert (after.batches - before.batches, after.requests - before.requests) == (3, 24)
+    assert after.largest == 8
+    assert (
+        service.engine.usage("root.a")["fpga"].reserved,
+        service.engine.usage("root.b")["fpga"].reserved,
+    ) == (
+        20,
+        4,
+    )
