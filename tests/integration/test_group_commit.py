@@ -8,9 +8,11 @@ requests queued meanwhile make up the next batch (the stats say so).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from quota_ledger import (
     ReservationState,
     ReservationStateError,
 )
+from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reserve
 from quota_ledger.ledger.group_commit import GroupCommit, Request
@@ -507,6 +510,315 @@ def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url
         assert flusher.run(declined_then_committed) == (0, 1, "alive")
         assert engine.get(made.id).state is ReservationState.COMMITTED
         assert engine.usage("root.a")["fpga"].in_use == 1
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+# -- PostgreSQL: the set calls (quota_ledger_reserve_many, quota_ledger_commit_many) ------------
+class SetCalls:
+    """How many requests each set call a batch sent was asked to decide."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sizes: dict[str, list[int]] = {"reserve_many": [], "commit_many": []}
+        real = FastPath.pipelined
+        lock = threading.Lock()
+
+        def spy(fast: FastPath, calls: Sequence[Call]) -> list[list[Any]]:
+            with lock:
+                for made in calls:
+                    for name, sizes in self.sizes.items():
+                        if f"quota_ledger_{name}(" in made.sql:
+                            sizes.append(len(made.params["ids"]))
+            return real(fast, calls)
+
+        monkeypatch.setattr(FastPath, "pipelined", spy)
+
+
+@pytest.fixture
+def set_calls(monkeypatch: pytest.MonkeyPatch) -> SetCalls:
+    return SetCalls(monkeypatch)
+
+
+def test_one_batch_decides_its_plain_reserves_and_commits_by_one_call_each(
+    postgres_url: URL, set_calls: SetCalls
+) -> None:
+    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    try:
+        engine.set_limits("root.a", {"fpga": 6})
+        engine.set_limits("root.b", {"fpga": 1})
+        engine.rollback(engine.reserve("root.b", {"fpga": 1}).id)  # root.b's counters; root.c has none
+        held = [engine.reserve("root.a", {"fpga": 1}) for _ in range(2)]
+        outcomes = in_one_batch(
+            engine,
+            [lambda: engine.reserve("root.a", {"fpga": 1}) for _ in range(5)]
+            + [
+                lambda: engine.reserve("root.b", {"fpga": 2}),  # over root.b: refused by its own step
+                lambda: engine.reserve("root.c", {"fpga": 1}),  # a first use: its own step
+                lambda: engine.commit(held[0].id),
+                lambda: engine.commit(held[1].id),
+                lambda: engine.commit(held[1].id),
+            ],
+        )
+        # root.a has room for 4 more: one of the five is refused
+        assert _errors(outcomes) == [OverQuota, OverQuota]
+        assert set_calls.sizes == {"reserve_many": [7], "commit_many": [3]}
+        made = [v for k, v in outcomes[:5] if k == "ok"]
+        assert len(made) == 4
+        for reservation in made:
+            assert engine.get(reservation.id) == reservation
+        assert engine.get(held[1].id) == outcomes[-1][1] == outcomes[-2][1]
+        assert outcomes[-1][1].state is ReservationState.COMMITTED
+        usage = engine.usage("root.a")["fpga"]
+        assert (usage.in_use, usage.reserved) == (2, 4)
+        assert engine.usage("root.c")["fpga"].reserved == 1
+        assert engine.usage("root.b")["fpga"].reserved == 0
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_two_batching_engines_admit_exactly_a_hot_queues_limit(
+    postgres_url: URL, set_calls: SetCalls
+) -> None:
+    engines = [QuotaEngine.from_url(postgres_url, batching=True, pool_size=4) for _ in range(2)]
+    admitted: list[str] = []
+    refused: list[BaseException] = []
+    unexpected: list[BaseException] = []
+    try:
+        engines[0].set_limits("root.hot", {"fpga": 30})
+        engines[0].rollback(engines[0].reserve("root.hot", {"fpga": 1}).id)  # its counters exist
+
+        def caller(engine: QuotaEngine) -> None:
+            for _ in range(3):
+                try:
+                    made = engine.reserve("root.hot", {"fpga": 1})
+                    engine.commit(made.id)
+                    admitted.append(made.id)
+                except OverQuota as error:
+                    refused.append(error)
+                except Exception as error:  # reported below
+                    unexpected.append(error)
+
+        threads = [threading.Thread(target=caller, args=(engines[n % 2],)) for n in range(24)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert unexpected == []
+        assert (len(admitted), len(set(admitted)), len(refused)) == (30, 30, 72 - 30)
+        usage = engines[0].usage("root.hot")["fpga"]
+        assert (usage.in_use, usage.reserved) == (30, 0)
+        for engine in engines:
+            stats = engine.batch_stats
+            assert stats.largest > 1, stats
+        # the set calls decided batches of several requests
+        assert max(set_calls.sizes["reserve_many"], default=0) > 1, set_calls.sizes
+        assert max(set_calls.sizes["commit_many"], default=0) > 1, set_calls.sizes
+        assert engines[0].audit() == []
+    finally:
+        for engine in engines:
+            engine.close()
+
+
+def test_one_key_from_many_threads_in_a_set_call_is_one_reservation(
+    postgres_url: URL, set_calls: SetCalls
+) -> None:
+    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    try:
+        engine.set_limits("root.a", {"fpga": 10})
+        engine.rollback(engine.reserve("root.a", {"fpga": 1}).id)
+        held = HeldFlusher(engine)
+        outcomes: list[Outcome] = []
+
+        def call(amount: int) -> None:
+            try:
+                outcomes.append(("ok", engine.reserve("root.a", {"fpga": amount}, key="k")))
+            except Exception as error:  # the outcome under test
+                outcomes.append(("error", error))
+
+        # four of the same request queue first, then another request with the same key
+        threads = [threading.Thread(target=call, args=(2,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        while _flusher(engine).pending < 4:
+            time.sleep(0.005)
+        threads.append(threading.Thread(target=call, args=(3,)))
+        threads[-1].start()
+        while _flusher(engine).pending < 5:
+            time.sleep(0.005)
+        held.release()
+        for thread in threads:
+            thread.join(30)
+        assert set_calls.sizes["reserve_many"] == [5]
+        assert _errors(outcomes) == [IdempotencyConflict]
+        made = {v.id for k, v in outcomes if k == "ok"}
+        assert len(made) == 1
+        assert engine.get_by_key("k").id in made
+        assert engine.usage("root.a")["fpga"].reserved == 2
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_one_key_from_two_batching_engines_at_once_is_one_reservation(postgres_url: URL) -> None:
+    engines = [QuotaEngine.from_url(postgres_url, batching=True, pool_size=4) for _ in range(2)]
+    try:
+        engines[0].set_limits("root.a", {"fpga": 100})
+        engines[0].rollback(engines[0].reserve("root.a", {"fpga": 1}).id)
+        for round_ in range(5):
+            got: list[str] = []
+            errors: list[BaseException] = []
+            start = threading.Barrier(16)
+
+            def call(
+                engine: QuotaEngine,
+                key: str = f"k{round_}",
+                start: threading.Barrier = start,
+                got: list[str] = got,
+                errors: list[BaseException] = errors,
+            ) -> None:
+                start.wait(10)
+                try:
+                    got.append(engine.reserve("root.a", {"fpga": 1}, key=key).id)
+                    # and some other traffic for the batches
+                    engine.commit(engine.reserve("root.a", {"fpga": 1}).id)
+                except Exception as error:  # reported below
+                    errors.append(error)
+
+            threads = [threading.Thread(target=call, args=(engines[n % 2],)) for n in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert errors == []
+            assert len(got) == 16
+            assert len(set(got)) == 1
+            assert engines[1].get_by_key(f"k{round_}").id == got[0]
+        usage = engines[0].usage("root.a")["fpga"]
+        assert (usage.in_use, usage.reserved) == (5 * 16, 5)
+        assert engines[0].audit() == []
+    finally:
+        for engine in engines:
+            engine.close()
+
+
+def _rows_of(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
+    """What reserves and commits of ``partition`` wrote, without ids, clock readings and hashes."""
+    engine = create_engine(url)
+    queries = {
+        "counters": "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
+        " WHERE partition = :p ORDER BY 1, 2, 3",
+        "reservations": 'SELECT r."key", r.state, r.queue, r.user_name, r."groups", r.application,'
+        " r.priority_class, r.kube, r.resolved_at IS NULL, r.expires_at - r.created_at,"
+        " i.resource, i.amount, i.committed"
+        " FROM reservations r JOIN reservation_items i ON i.reservation_id = r.id"
+        " WHERE r.partition = :p ORDER BY r.queue, r.key, r.state, r.groups, r.priority_class,"
+        " r.expires_at - r.created_at, i.resource, i.amount",
+        "journal": "SELECT queue, resource, delta, kind FROM quota_journal WHERE partition = :p"
+        " ORDER BY 1, 2, 3",
+    }
+    try:
+        with engine.connect() as conn:
+            return {
+                name: [tuple(r) for r in conn.execute(text(sql), {"p": partition})]
+                for name, sql in queries.items()
+            }
+    finally:
+        engine.dispose()
+
+
+def test_set_calls_leave_the_rows_requests_one_at_a_time_leave(
+    postgres_url: URL, set_calls: SetCalls
+) -> None:
+    batched = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    alone = QuotaEngine.from_url(postgres_url)
+    try:
+        for engine, partition in ((batched, "set"), (alone, "alone")):
+            engine.set_limits("root.a", {"fpga": 4, "memory": "4Gi"}, partition=partition)
+            engine.set_limits("root.p", {"fpga": 5}, partition=partition)
+            for queue in ("root.a", "root.p.x", "root.p.y"):
+                engine.rollback(engine.reserve(queue, {"fpga": 1, "memory": 1}, partition=partition).id)
+
+        def reserves(engine: QuotaEngine, p: str) -> list[Callable[[], Any]]:
+            return [
+                lambda: engine.reserve("root.a", {"fpga": 1, "memory": "1Gi"}, partition=p, key="k1", ttl=60),
+                lambda: engine.reserve("root.a", {"fpga": 2}, partition=p, priority_class="high", ttl=120),
+                lambda: engine.reserve("root.p.x", {"fpga": 1, "memory": 5}, partition=p, groups=["g"]),
+                lambda: engine.reserve("root.p.y", {"fpga": 3}, partition=p, key="k2"),
+                lambda: engine.reserve("root.p.y", {"fpga": 1}, partition=p),
+                lambda: engine.reserve("root.a", {"fpga": 5}, partition=p),  # over root.a in any order
+            ]
+
+        outcomes = in_one_batch(batched, reserves(batched, "set"))
+        assert _errors(outcomes) == [OverQuota]
+        assert set_calls.sizes["reserve_many"] == [6]
+        made = [v for k, v in outcomes if k == "ok"]
+        outcomes = in_one_batch(batched, [functools.partial(batched.commit, r.id) for r in made])
+        assert _errors(outcomes) == []
+        assert set_calls.sizes["commit_many"] == [len(made)]
+        for step in reserves(alone, "alone"):
+            with contextlib.suppress(OverQuota):
+                alone.commit(step().id)
+    finally:
+        batched.close()
+        alone.close()
+    wanted = _rows_of(postgres_url, "alone")
+    assert wanted["reservations"]  # the comparison compares something
+    assert wanted["journal"]
+    assert _rows_of(postgres_url, "set") == wanted
+
+
+def test_a_commit_too_late_in_a_batch_expires_its_reservation(postgres_url: URL, set_calls: SetCalls) -> None:
+    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    try:
+        engine.set_limits("root.a", {"fpga": 10})
+        made = [engine.reserve("root.a", {"fpga": n}) for n in (1, 2, 3)]
+        side = create_engine(postgres_url)
+        try:
+            with side.begin() as conn:
+                conn.execute(
+                    text(
+                        "UPDATE reservations SET expires_at = TIMEZONE('UTC', clock_timestamp())"
+                        " - interval '1 second' WHERE id = :id"
+                    ),
+                    {"id": made[1].id},
+                )
+        finally:
+            side.dispose()
+        outcomes = in_one_batch(engine, [functools.partial(engine.commit, r.id) for r in made])
+        assert set_calls.sizes["commit_many"] == [3]
+        assert [k for k, _ in outcomes] == ["ok", "error", "ok"]
+        assert isinstance(outcomes[1][1], ReservationStateError)
+        assert engine.get(made[1].id).state is ReservationState.EXPIRED
+        usage = engine.usage("root.a")["fpga"]
+        assert (usage.in_use, usage.reserved) == (4, 0)
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_plain_reserves_of_two_partitions_are_one_set_call_each(
+    postgres_url: URL, set_calls: SetCalls
+) -> None:
+    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    try:
+        for partition, limit in (("default", 3), ("other", 2)):
+            engine.set_limits("root.a", {"fpga": limit}, partition=partition)
+            engine.rollback(engine.reserve("root.a", {"fpga": 1}, partition=partition).id)
+        outcomes = in_one_batch(
+            engine,
+            [lambda: engine.reserve("root.a", {"fpga": 1}) for _ in range(3)]
+            + [lambda: engine.reserve("root.a", {"fpga": 1}, partition="other") for _ in range(3)],
+        )
+        assert sorted(set_calls.sizes["reserve_many"]) == [3, 3]
+        assert _errors(outcomes) == [OverQuota]  # the third of "other" only
+        assert [v.partition for k, v in outcomes if k == "ok"].count("other") == 2
+        for k, v in outcomes:
+            if k == "ok":
+                assert engine.get(v.id) == v
+        assert engine.usage("root.a")["fpga"].reserved == 3
+        assert engine.usage("root.a", partition="other")["fpga"].reserved == 2
         assert engine.audit() == []
     finally:
         engine.close()
