@@ -35,22 +35,17 @@ def fmt_ratio(value: float | None, target: float) -> str:
 def markdown(
     cfg: Config, cells: list[Cell], sweep_result: dict[str, Any] | None, meta: dict[str, Any]
 ) -> str:
-    """The whole report: throughput, the sweep (or the final audit), then each side-by-side case."""
-    if cfg.cold_only:
-        return "\n".join(cold_section(cfg, meta["cold"]))
-    if cfg.hot_only:
-        return "\n".join(hot_section(meta["hot"])[1:])
-    lines = throughput_section(cfg, cells, meta)
-    audit = meta.get("final_audit")
-    if audit is None:
-        audit_text = "not run"
-    else:
+    """The whole report: throughput, the sweep (or the final audit), then each side-by-side case;
+    a section for each case the run took."""
+    lines = throughput_section(cfg, cells, meta) if cfg.runs("throughput") else []
+    if "final_audit" in meta:  # the main database's, after the throughput and sweep cases
+        audit = meta["final_audit"]
         audit_text = "clean (0 drifts)" if not audit else f"{len(audit)} DRIFTS (see JSON)"
         audit_text += f", took {meta.get('audit_s', 0.0):.1f} s"
-    if sweep_result is not None:
-        lines += sweep_section(sweep_result, audit_text)
-    else:
-        lines += ["", f"audit() at the end: {audit_text}."]
+        if sweep_result is not None:
+            lines += sweep_section(sweep_result, audit_text)
+        else:
+            lines += ["", f"audit() at the end: {audit_text}."]
     if meta.get("hierarchy") is not None:
         lines += hierarchy_section(cfg, meta["hierarchy"])
     if meta.get("kube") is not None:
@@ -65,7 +60,7 @@ def markdown(
         lines += hot_section(meta["hot"])
     if meta.get("set_limits") is not None:
         lines += set_limits_section(meta["set_limits"])
-    return "\n".join(lines)
+    return "\n".join(lines).lstrip("\n")
 
 
 def throughput_section(cfg: Config, cells: list[Cell], meta: dict[str, Any]) -> list[str]:

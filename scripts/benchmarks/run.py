@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -49,22 +49,21 @@ def bench(cfg: Config) -> int:
     }
     cells: list[throughput.Cell] = []
     sweep_result: dict[str, Any] | None = None
-    if not cfg.cold_only and not cfg.hot_only:
+    if cfg.runs("throughput") or cfg.runs("sweep"):
         cells, sweep_result = throughput.run(cfg, meta)
-        if not cfg.skip_hierarchy:
-            meta["hierarchy"] = hierarchy.run(cfg)
-        if not cfg.skip_kube:
-            meta["kube"] = kube.run(cfg)
-        if cfg.http:
-            meta["http"] = http.run(cfg)
-        if cfg.group_commit:
-            meta["group_commit"] = group_commit.run(cfg)
-    if cfg.cold:
-        meta["cold"] = cold.run(cfg)
-    if not cfg.skip_hot and not cfg.cold_only:
-        meta["hot"] = hot.run(cfg)
-    if cfg.set_limits:
-        meta["set_limits"] = set_limits.run(cfg, cfg.set_limits_sequence)
+    # In the order of CASES.
+    side_cases: dict[str, Callable[[], Any]] = {
+        "hierarchy": lambda: hierarchy.run(cfg),
+        "kube": lambda: kube.run(cfg),
+        "http": lambda: http.run(cfg),
+        "cold": lambda: cold.run(cfg),
+        "hot": lambda: hot.run(cfg),
+        "group-commit": lambda: group_commit.run(cfg),
+        "set-limits": lambda: set_limits.run(cfg, cfg.set_limits_sequence),
+    }
+    for case, run_case in side_cases.items():
+        if cfg.runs(case):
+            meta[case.replace("-", "_")] = run_case()
     meta["total_s"] = time.perf_counter() - started
     text = report.markdown(cfg, cells, sweep_result, meta)
     print(text)

@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SCRIPT = REPO / "scripts" / "bench"
 
 IMPLEMENTATIONS = ("library", "psycopg", "pgbench")
+#: the cases, in the order a run takes them, and those a run takes when ``--cases`` does not say
+CASES = ("throughput", "sweep", "hierarchy", "kube", "http", "cold", "hot", "group-commit", "set-limits")
+DEFAULT_CASES = ("throughput", "sweep", "hierarchy", "kube", "hot")
+#: the cases that run pgbench (unless ``--only`` leaves it out)
+PGBENCH_CASES = ("throughput", "hot")
 #: backends of the first-use case, and its MariaDB server when no flag or variable names one
 COLD_BACKENDS = ("postgresql", "mariadb", "sqlite")
 DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/test"
@@ -44,23 +49,14 @@ class Config:
     sweep_max_rate: float | None
     sweep_baseline_seconds: float
     implementations: list[str]
-    skip_sweep: bool
-    skip_hierarchy: bool
-    skip_kube: bool
-    http: bool
+    cases: list[str]
     http_workers: int
-    cold: bool
-    cold_only: bool
     cold_backends: list[str]
     cold_batching: bool
     mariadb_url: str
-    skip_hot: bool
-    hot_only: bool
     hot_clients: list[int]
     hot_batch: int
-    set_limits: bool
     set_limits_sequence: int
-    group_commit: bool
     quick: bool
     json_path: Path | None
     pgbench: str | None
@@ -70,13 +66,39 @@ class Config:
         """Threads of the side-by-side cases (hierarchy, pods, HTTP clients)."""
         return 16 if not self.quick else 4
 
+    def runs(self, case: str) -> bool:
+        """Whether the run takes ``case`` (one of :data:`CASES`)."""
+        assert case in CASES, case
+        return case in self.cases
+
+
+def select_cases(cases: str, skip: str, http: bool) -> list[str]:
+    """The cases ``--cases``, ``--skip`` and ``--http`` select, in the order a run takes them;
+    ``ValueError`` naming what is not a case."""
+
+    def names(text: str) -> set[str]:
+        return {part.strip() for part in text.split(",") if part.strip()}
+
+    groups = {"default": DEFAULT_CASES, "all": CASES}
+    chosen = {case for name in names(cases) for case in groups.get(name, (name,))}
+    skipped = names(skip)
+    unknown = sorted((chosen | skipped) - set(CASES))
+    if unknown:
+        raise ValueError(", ".join(unknown))
+    if http:
+        chosen.add("http")
+    return [case for case in CASES if case in chosen - skipped]
+
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     """The arguments, and the run's Config (None in the sweeper's process)."""
+    # No abbreviations: a case name is not a flag, and --cold is not taken for --cold-backends.
     parser = argparse.ArgumentParser(
         prog="scripts/bench",
-        description="reserve+commit throughput of quota_ledger vs raw psycopg vs pgbench, and the "
-        "expiry sweep under load, on a fresh PostgreSQL database created and dropped by the run.",
+        allow_abbrev=False,
+        description="reserve+commit throughput of quota_ledger vs raw psycopg vs pgbench, the "
+        "expiry sweep under load, and side-by-side cases, each on a fresh database created and "
+        "dropped by the run.",
     )
     parser.add_argument(
         "--db",
@@ -112,49 +134,33 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (under a minute)")
     parser.add_argument("--only", default=",".join(IMPLEMENTATIONS), help="implementations to run")
-    parser.add_argument("--skip-sweep", action="store_true", help="leave out the expiry sweep")
     parser.add_argument(
-        "--skip-hierarchy", action="store_true", help="leave out the hierarchical (user/group) case"
+        "--cases",
+        default="default",
+        help=f"comma-separated cases to run, of {','.join(CASES)}; 'default' stands for "
+        f"{','.join(DEFAULT_CASES)} and 'all' for every case (default: %(default)s)",
     )
-    parser.add_argument("--skip-kube", action="store_true", help="leave out the ResourceQuota case")
+    parser.add_argument("--skip", default="", help="comma-separated cases to leave out of --cases")
+    parser.add_argument("--http", action="store_true", help="add the http case to --cases")
+    parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
     parser.add_argument(
-        "--http", action="store_true", help="also drive reserve+commit through the HTTP service (16 clients)"
-    )
-    parser.add_argument(
-        "--cold",
-        action="store_true",
-        help="also measure first uses (new queue, application, user, group) against warm ones",
-    )
-    parser.add_argument("--cold-only", action="store_true", help="run only the first-use case")
-    parser.add_argument(
-        "--cold-batching", action="store_true", help="the first-use case's engine runs with batching=True"
+        "--cold-batching", action="store_true", help="the cold case's engine runs with batching=True"
     )
     parser.add_argument(
         "--cold-backends",
         default=",".join(COLD_BACKENDS),
-        help="backends of the first-use case (default: %(default)s)",
+        help="backends of the cold case (default: %(default)s)",
     )
     parser.add_argument(
         "--mariadb",
         default=os.environ.get("QUOTA_LEDGER_BENCH_MARIADB_URL", DEFAULT_MARIADB_URL),
-        help="MariaDB server of the first-use case; a database ql_bench_<random> is created on it "
-        "(default: $QUOTA_LEDGER_BENCH_MARIADB_URL or %(default)s)",
-    )
-    parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
-    parser.add_argument(
-        "--group-commit",
-        action="store_true",
-        help="also measure batching=True vs one transaction per call on one hot queue (16 and 64 "
-        "threads, and a paced caller), on PostgreSQL, MariaDB (--mariadb) and SQLite",
+        help="MariaDB server of the cold and group-commit cases; a database ql_bench_<random> is "
+        "created on it (default: $QUOTA_LEDGER_BENCH_MARIADB_URL or %(default)s)",
     )
     parser.add_argument(
-        "--skip-hot", action="store_true", help="leave out the hot-queue case (library, service, pgbench)"
-    )
-    parser.add_argument(
-        "--hot-only", action="store_true", help="run the hot-queue case alone (no throughput, sweep...)"
-    )
-    parser.add_argument(
-        "--hot-clients", default="16,64", help="client counts of the hot-queue case (default 16,64)"
+        "--hot-clients",
+        default="16,64",
+        help="client counts of the hot case (default 16,64)",
     )
     parser.add_argument(
         "--hot-batch",
@@ -163,15 +169,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         help="operations per POST /v1/batch, hot case (default 20)",
     )
     parser.add_argument(
-        "--set-limits",
-        action="store_true",
-        help="also time set_limits on one queue at 100, 10,000 and 100,000 configured queues",
-    )
-    parser.add_argument(
         "--set-limits-sequence",
         type=int,
         default=2000,
-        help="consecutive set_limits calls timed at 100,000 queues after the rounds (default 2000)",
+        help="consecutive set_limits calls timed at 100,000 queues after the rounds, set-limits "
+        "case (default 2000)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--sweep-worker", action="store_true", help=argparse.SUPPRESS)
@@ -179,6 +181,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     if args.sweep_worker:
         return args, None
 
+    try:
+        cases = select_cases(args.cases, args.skip, args.http)
+    except ValueError as error:
+        parser.error(f"--cases and --skip take names of {','.join(CASES)} (or default, all), not {error}")
+    if not cases:
+        parser.error("--cases and --skip leave no case to run")
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(only) - set(IMPLEMENTATIONS))
     if unknown or not only:
@@ -216,10 +224,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         parser.error("--hot-clients must be between 1 and 64")
     if not 1 <= args.hot_batch <= 1000:
         parser.error("--hot-batch must be in [1, 1000]")
-    if args.hot_only and args.skip_hot:
-        parser.error("--hot-only and --skip-hot exclude each other")
     pgbench = shutil.which("pgbench") or ("/usr/bin/pgbench" if Path("/usr/bin/pgbench").exists() else None)
-    if "pgbench" in only and pgbench is None and not args.cold_only:
+    if "pgbench" in only and pgbench is None and set(cases) & set(PGBENCH_CASES):
         parser.error("pgbench is not installed: install it or pass --only library,psycopg")
     return args, Config(
         server_url=local_url(args.db),
@@ -236,22 +242,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         sweep_baseline_seconds=seconds if quick else max(seconds, SWEEP_BASELINE_SECONDS),
         sweep_timeout=args.sweep_timeout if args.sweep_timeout is not None else (30.0 if quick else 45.0),
         implementations=[name for name in IMPLEMENTATIONS if name in only],
-        skip_sweep=bool(args.skip_sweep),
-        skip_hierarchy=bool(args.skip_hierarchy),
-        skip_kube=bool(args.skip_kube),
-        http=bool(args.http),
+        cases=cases,
         http_workers=args.http_workers,
-        cold=bool(args.cold or args.cold_only),
-        cold_only=bool(args.cold_only),
         cold_backends=cold_backends,
         cold_batching=bool(args.cold_batching),
         mariadb_url=args.mariadb,
-        group_commit=bool(args.group_commit),
-        skip_hot=bool(args.skip_hot),
-        hot_only=bool(args.hot_only),
         hot_clients=hot_clients,
         hot_batch=args.hot_batch,
-        set_limits=bool(args.set_limits),
         set_limits_sequence=max(0, args.set_limits_sequence),
         quick=quick,
         json_path=args.json,

@@ -72,10 +72,12 @@ def measure_cell(cfg: Config, cell: Cell, engine: QuotaEngine, db_url: URL, scri
 
 
 def run(cfg: Config, meta: dict[str, Any]) -> tuple[list[Cell], dict[str, Any] | None]:
-    """The main database: setup, the shape check, every cell, the sweep (unless skipped) and
-    the final audit. Fills ``meta`` (server, setup timings, shape, retries, audit); returns
-    the cells and the sweep's result."""
+    """The main database: setup, then with the throughput case the shape check and every cell,
+    with the sweep case the sweep, and the final audit. Fills ``meta`` (server, setup timings,
+    shape, retries, audit); returns the cells and the sweep's result."""
     cells = [Cell(pattern, threads) for pattern in PATTERNS for threads in cfg.threads]
+    if not cfg.runs("throughput"):
+        cells = []
     sweep: dict[str, Any] | None = None
     with fresh_database(cfg.server_url) as db_url, tempfile.TemporaryDirectory() as tmp:
         dsn = conninfo(db_url)
@@ -83,7 +85,7 @@ def run(cfg: Config, meta: dict[str, Any]) -> tuple[list[Cell], dict[str, Any] |
         engine = QuotaEngine.from_url(db_url, pool_size=max([*cfg.threads, cfg.sweep_threads]) + 2)
         try:
             meta["setup"] = setup_ledger(db_url, cfg.scopes)
-            if "psycopg" in cfg.implementations:
+            if cells and "psycopg" in cfg.implementations:
                 meta["shape"] = shape_check(engine, dsn)
                 if not meta["shape"]["identical"]:
                     log("WARNING: the psycopg replica no longer sends what the library sends:")
@@ -97,7 +99,7 @@ def run(cfg: Config, meta: dict[str, Any]) -> tuple[list[Cell], dict[str, Any] |
                 vacuum(dsn)
                 measure_cell(cfg, cell, engine, db_url, scripts)
             meta["retries"] = dict(engine.driver.retries)
-            if not cfg.skip_sweep:
+            if cfg.runs("sweep"):
                 sweep = sweep_case.run_sweep(cfg, engine, db_url, dsn)
             log("audit()")
             audit_started = time.perf_counter()
