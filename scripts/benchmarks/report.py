@@ -348,6 +348,12 @@ def group_commit_section(cfg: Config, results: list[dict[str, Any]]) -> list[str
                 f"| {result['backend']} | {threads} | {fmt_rate(per_call)} | {fmt_rate(batching)} "
                 f"| {batching / per_call:.2f} |"
             )
+    if any(result.get("rounds_from") == "hot" for result in results):
+        lines += [
+            "",
+            "PostgreSQL's rows are the hot queue case's `library` and `library batching` columns "
+            "(the same rounds, side by side with the service and pgbench there).",
+        ]
     lines += [
         "",
         "Requests per batch (mean): "

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SCRIPT = REPO / "scripts" / "bench"
 
 IMPLEMENTATIONS = ("library", "psycopg", "pgbench")
-#: the cases, in the order a run takes them, and those a run takes when ``--cases`` does not say
+#: the cases, in the order a run takes them (``group-commit`` reads ``hot``'s PostgreSQL rounds),
+#: and those a run takes when ``--cases`` does not say
 CASES = ("throughput", "sweep", "hierarchy", "kube", "http", "cold", "hot", "group-commit", "set-limits")
 DEFAULT_CASES = ("throughput", "sweep", "hierarchy", "kube", "hot")
 #: the cases that run pgbench (unless ``--only`` leaves it out)
@@ -160,7 +161,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     parser.add_argument(
         "--hot-clients",
         default="16,64",
-        help="client counts of the hot case (default 16,64)",
+        help="client counts of the hot and group-commit cases (default 16,64)",
     )
     parser.add_argument(
         "--hot-batch",

@@ -2,7 +2,8 @@
 by side in each round:
 
 * ``library``: ``QuotaEngine`` in process, one transaction per call;
-* ``batching``: ``QuotaEngine(batching=True)`` in process (group commit);
+* ``batching``: ``QuotaEngine(batching=True)`` in process (group commit); these two columns are
+  ``group_commit.library_pairs``, and the group-commit case quotes them as its PostgreSQL rows;
 * ``service``: the HTTP service with batching, one operation per request;
 * ``batch``: the same service, each client sending its reserves as one ``POST /v1/batch``,
   then their commits as another;
@@ -29,11 +30,12 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import URL
 
 from benchmarks import pgbench
+from benchmarks.cases.group_commit import Batches, library_pairs
 from benchmarks.cases.http import RawHttp, http_pairs, paced_latencies, percentile, service_process
 from benchmarks.database import config_version, conninfo, fresh_database, server_version, vacuum
-from benchmarks.harness import BenchError, log, median, run_threads
+from benchmarks.harness import BenchError, log, median
 from benchmarks.settings import Config
-from benchmarks.workload import REQUEST, TTL_SECONDS, LibraryWorker, queue_picker, setup_engine
+from benchmarks.workload import REQUEST, TTL_SECONDS, queue_picker, setup_engine
 from quota_ledger import QuotaEngine
 
 COLUMNS = ("library", "batching", "service", "batch", "pgbench")
@@ -107,18 +109,6 @@ def _results(answer: tuple[int, bytes], expected: int) -> list[dict[str, Any]]:
     return results
 
 
-def library_pairs(db_url: URL, clients: int, seed: int, cfg: Config, *, batching: bool) -> float:
-    """Library threads in process on an engine of their own (closed after, so that its
-    connections do not count against the next column's)."""
-    engine = QuotaEngine.from_url(db_url, pool_size=clients + 2, batching=batching)
-    try:
-        pick = queue_picker("hot", 1)
-        workers = [LibraryWorker(engine, pick, seed + i) for i in range(clients)]
-        return run_threads(workers, cfg.warmup, cfg.seconds).pairs_per_s
-    finally:
-        engine.close()
-
-
 def run_pgbench(binary: str, db_url: URL, script: Path, clients: int, seconds: int) -> float:
     """pgbench's pairs/s; tried again a few times when the server has no connection slot left
     for its clients (a server shared with other runs)."""
@@ -160,13 +150,14 @@ def run(cfg: Config) -> dict[str, Any]:
             service_process(db_url, cfg.http_workers, batching="true", pool_size=str(SERVICE_POOL))
         )
         pick = queue_picker("hot", 1)
+        batches = Batches()
         for round_ in range(cfg.repeat):
             vacuum(dsn)
             for clients in clients_list:
                 seed = 7919 * round_ + 31 * clients
                 found: dict[str, float] = {
-                    "library": library_pairs(db_url, clients, seed, cfg, batching=False),
-                    "batching": library_pairs(db_url, clients, seed, cfg, batching=True),
+                    "library": library_pairs(db_url, clients, seed, cfg, batching=False, batches=batches),
+                    "batching": library_pairs(db_url, clients, seed, cfg, batching=True, batches=batches),
                     "service": http_pairs(base, token, pick, clients, cfg.warmup, cfg.seconds),
                     "batch": batch_pairs(base, token, clients, cfg.hot_batch, cfg.warmup, cfg.seconds),
                 }
@@ -182,6 +173,7 @@ def run(cfg: Config) -> dict[str, Any]:
                     + ", ".join(f"{k} {v:.0f}" for k, v in found.items())
                     + " pairs/s"
                 )
+        result["requests_per_batch"] = batches.mean
         paced = max(5.0, cfg.seconds)
         latencies = sorted(paced_latencies(base, token, pick, 100.0, paced))
         result["paced_requests"] = len(latencies)
