@@ -228,38 +228,50 @@ def test_a_request_with_two_resources_is_charged_on_both(ledger: QuotaEngine, po
     assert ledger.audit() == []
 
 
-def test_a_queue_without_its_own_counters_is_declined(ledger: QuotaEngine, postgres_url: URL) -> None:
-    fresh = [plain(ledger, "root.a", {"fpga": 1}), plain(ledger, "root.p.z", {"fpga": 1})]
-    answer = call(ledger, reserve_many(fresh))
-    assert [row.idx for row in answer] == [1]
-    assert set(stored(postgres_url, [c["id"] for c in fresh])) == {fresh[0]["id"]}
-    assert not [k for k in counters(postgres_url) if k[1] == "root.p.z"]  # not created here
-    # a resource the queue has no counter for yet: declined too, with nothing of it left
-    other = [plain(ledger, "root.a", {"fpga": 1, "vcore": 1}), plain(ledger, "root.a", {"fpga": 1})]
+def test_a_first_use_of_a_queue_gets_its_counters_in_the_call(ledger: QuotaEngine, postgres_url: URL) -> None:
+    fresh = [plain(ledger, "root.a", {"fpga": 1}), plain(ledger, "root.p.z", {"fpga": 1, "memory": 2})]
     before = counters(postgres_url)
-    answer = call(ledger, reserve_many(list(reversed(other))))
-    assert [row.idx for row in answer] == [1]
-    assert set(stored(postgres_url, [c["id"] for c in other])) == {other[1]["id"]}
-    assert moved(before, counters(postgres_url)) == {
+    answer = call(ledger, reserve_many(fresh))
+    assert sorted(row.idx for row in answer) == [1, 2]
+    assert set(stored(postgres_url, [c["id"] for c in fresh])) == {c["id"] for c in fresh}
+    after = counters(postgres_url)
+    assert after[("queue", "root.p.z", "fpga")] == (0, 1)
+    assert after[("queue", "root.p.z", "memory")] == (0, 2)
+    created = {k: v for k, v in after.items() if k not in before}
+    assert moved(before, {k: v for k, v in after.items() if k in before}) == {
         ("queue", "root.a", "fpga"): (0, 1),
         ("subtree", "root.a", "fpga"): (0, 1),
-        ("subtree", "root", "fpga"): (0, 1),
-    }
-    assert orphans(postgres_url) == 0
+        ("subtree", "root.p", "fpga"): (0, 1),
+        ("subtree", "root", "fpga"): (0, 2),
+    }  # no limit on memory above root.p.z: only its own counter counts it
+    assert set(created) == {("queue", "root.p.z", "fpga"), ("queue", "root.p.z", "memory")}
     assert ledger.audit() == []
 
 
-def test_a_request_after_one_without_counters_waits_for_it(ledger: QuotaEngine, postgres_url: URL) -> None:
-    # One after another, the first use of root.p.z (which the caller then decides alone) comes
-    # before the last request and may take root.p's room: the set call must not admit it first.
+def test_a_resource_new_to_the_partition_is_set_aside_without_holding_back_the_rest(
+    ledger: QuotaEngine, postgres_url: URL
+) -> None:
+    # One after another, the request naming vcore (which the caller then decides alone, checking
+    # the partition's bound on resource names) may come last: the ones after it go on.
     calls = [
         plain(ledger, "root.p.x", {"fpga": 1}),
-        plain(ledger, "root.p.z", {"fpga": 4}),
+        plain(ledger, "root.a", {"fpga": 1, "vcore": 1}),
         plain(ledger, "root.p.y", {"fpga": 1}),
     ]
+    before = counters(postgres_url)
     answer = call(ledger, reserve_many(calls))
-    assert [row.idx for row in answer] == [1]
-    assert set(stored(postgres_url, [c["id"] for c in calls])) == {calls[0]["id"]}
+    assert sorted(row.idx for row in answer) == [1, 3]
+    assert set(stored(postgres_url, [c["id"] for c in calls])) == {calls[0]["id"], calls[2]["id"]}
+    after = counters(postgres_url)
+    assert after.keys() == before.keys()  # no vcore counter made
+    assert moved(before, after) == {
+        ("queue", "root.p.x", "fpga"): (0, 1),
+        ("queue", "root.p.y", "fpga"): (0, 1),
+        ("subtree", "root.p.x", "fpga"): (0, 1),
+        ("subtree", "root.p", "fpga"): (0, 2),
+        ("subtree", "root", "fpga"): (0, 2),
+    }
+    assert orphans(postgres_url) == 0
     assert ledger.audit() == []
 
 

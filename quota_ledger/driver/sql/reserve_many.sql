@@ -1,15 +1,17 @@
 -- quota_ledger_reserve_many(...): plain reservations of one partition (no user, application or
--- ResourceQuota charge, counters that exist) decided together, as quota_ledger_reserve would
--- decide them one after another in the order given, with one statement per step for all of
--- them. Request i (1-based) has the items whose owner is i. The longest prefix of requests whose
--- running totals stay within every counter is admitted; the first request that would go over a
--- limit (or the bigint limit), and every one after it, is declined, as is a request whose queue
--- counters are missing or whose id or key exists: nothing of a declined request survives, and the
--- caller decides it alone. Another configuration version declines them all. Never raises QL001.
--- Returns (created_at, idx) for each admitted request.
+-- ResourceQuota charge) decided together, as quota_ledger_reserve would decide them one after
+-- another in the order given, with one statement per step for all of them. Request i (1-based)
+-- has the items whose owner is i. A first use of a queue creates its counters, as
+-- quota_ledger_reserve does. A request whose id or key exists, or that names a resource the
+-- partition names nowhere yet, is declined and set aside. Of the others, the longest prefix whose
+-- running totals stay within every counter is admitted; the first that would go over a limit (or
+-- the bigint limit), and every one after it, is declined. Nothing of a declined request
+-- survives, and the caller decides it alone. Another configuration version declines them all.
+-- Never raises QL001. Returns (created_at, idx) for each admitted request.
 -- Locks, in the canonical order: the partition (advisory, shared); the new reservation rows;
--- then the counters, each looked up by its whole unique key in byte order: the queues' own
--- counters, then the subtree counters of their lineages.
+-- then, after inserting the missing queue counters, the counters, each looked up by its whole
+-- unique key in byte order: the queues' own counters, then the subtree counters of their
+-- lineages.
 CREATE OR REPLACE FUNCTION quota_ledger_reserve_many(
     p_partition text, p_version integer, p_lock_ns integer, p_lock_key integer,
     p_ids text[], p_keys text[], p_request_hashes text[], p_queues text[], p_groups text[],
@@ -22,6 +24,8 @@ AS $$
 DECLARE
     v_now timestamp;
     v_inserted integer[];
+    -- requests inserted but set aside (a resource new to the partition, a counter missing)
+    v_aside integer[];
     v_first_over integer;
     v_admitted integer[];
     v_tids tid[];
@@ -63,6 +67,29 @@ BEGIN
     IF v_inserted IS NULL THEN
         RETURN;
     END IF;
+    -- First uses: a resource the partition names nowhere yet is left to the general path, which
+    -- checks the partition's bound on distinct resource names; the queue counters missing are
+    -- created before any counter is locked (then two first uses cannot deadlock).
+    SELECT array_agg(DISTINCT i.owner) INTO v_aside
+    FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+    WHERE i.owner = ANY (v_inserted) AND NOT EXISTS (
+        SELECT 1 FROM quota_usages u WHERE u."partition" = p_partition AND u.resource = i.resource);
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+        WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (coalesce(v_aside, '{}'))
+          AND NOT EXISTS (
+            SELECT 1 FROM quota_usages u
+            WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queues[i.owner]
+              AND u.resource = i.resource)) THEN
+        INSERT INTO quota_partitions (name, created_at) VALUES (p_partition, v_now) ON CONFLICT DO NOTHING;
+        INSERT INTO quota_usages ("partition", scope_type, scope, resource, in_use, reserved, hard_limit, updated_at)
+        SELECT p_partition, 'queue', m.queue, m.resource, 0, 0, NULL, v_now
+        FROM (SELECT DISTINCT p_queues[i.owner] AS queue, i.resource
+              FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+              WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (coalesce(v_aside, '{}'))) AS m
+        ORDER BY m.queue COLLATE "C", m.resource COLLATE "C"
+        ON CONFLICT DO NOTHING;
+    END IF;
     -- What each inserted request charges: its queue's own counters and the subtree counters of
     -- its lineage (kind 0 and 1), locked in that order, each set in byte order.
     SELECT array_agg(i.owner), array_agg(k.kind), array_agg(k.scope), array_agg(i.resource), array_agg(i.amount)
@@ -72,7 +99,11 @@ BEGIN
         SELECT 0 AS kind, p_queues[i.owner] AS scope
         UNION ALL
         SELECT 1, s.scope FROM unnest(quota_ledger_lineage(p_queues[i.owner])) AS s(scope)) AS k
-    WHERE i.owner = ANY (v_inserted);
+    WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (coalesce(v_aside, '{}'));
+    IF w_idx IS NULL THEN
+        DELETE FROM reservations r WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n);
+        RETURN;
+    END IF;
     SELECT array_agg(w.kind), array_agg(w.scope), array_agg(w.resource), array_agg(c.ctid),
            array_agg(c.in_use::numeric + c.reserved),
            array_agg(CASE WHEN w.kind = 0 THEN 9223372036854775807
@@ -86,20 +117,26 @@ BEGIN
         WHERE u."partition" = p_partition AND u.scope_type = CASE w.kind WHEN 0 THEN 'queue' ELSE 'subtree' END
           AND u.scope = w.scope AND u.resource = w.resource
         LIMIT 1 FOR UPDATE) AS c;
-    -- the first request whose running totals go over a counter, or whose own counter is missing
+    -- a request whose own counter is missing still (removed meanwhile) is set aside too; the
+    -- first other one whose running totals go over a counter ends the prefix admitted
+    v_aside := coalesce(v_aside, '{}') || ARRAY(
+        SELECT DISTINCT w.idx FROM unnest(w_idx, w_kind, w_scope, w_resource) AS w(idx, kind, scope, resource)
+        WHERE w.kind = 0 AND NOT EXISTS (
+            SELECT 1 FROM unnest(l_kind, l_scope, l_resource) AS l(kind, scope, resource)
+            WHERE l.kind = 0 AND l.scope = w.scope AND l.resource = w.resource));
     SELECT min(r.idx) INTO v_first_over
     FROM (SELECT w.idx, w.kind, w.scope, w.resource,
                  sum(w.amount) OVER (PARTITION BY w.kind, w.scope, w.resource ORDER BY w.idx) AS total
-          FROM unnest(w_idx, w_kind, w_scope, w_resource, w_amount) AS w(idx, kind, scope, resource, amount)) AS r
-    LEFT JOIN unnest(l_kind, l_scope, l_resource, l_used, l_cap) AS l(kind, scope, resource, used, cap)
+          FROM unnest(w_idx, w_kind, w_scope, w_resource, w_amount) AS w(idx, kind, scope, resource, amount)
+          WHERE NOT w.idx = ANY (v_aside)) AS r
+    JOIN unnest(l_kind, l_scope, l_resource, l_used, l_cap) AS l(kind, scope, resource, used, cap)
       ON l.kind = r.kind AND l.scope = r.scope AND l.resource = r.resource
-    WHERE (l.kind IS NULL AND r.kind = 0) OR l.used + r.total > l.cap;
+    WHERE l.used + r.total > l.cap;
     SELECT array_agg(n ORDER BY n) INTO v_admitted FROM unnest(v_inserted) AS n
-    WHERE v_first_over IS NULL OR n < v_first_over;
-    IF v_first_over IS NOT NULL THEN
-        DELETE FROM reservations r
-        WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n WHERE n >= v_first_over);
-    END IF;
+    WHERE NOT n = ANY (v_aside) AND (v_first_over IS NULL OR n < v_first_over);
+    DELETE FROM reservations r
+    WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n
+                      WHERE NOT n = ANY (coalesce(v_admitted, '{}')));
     IF v_admitted IS NULL THEN
         RETURN;
     END IF;
