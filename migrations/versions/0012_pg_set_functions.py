@@ -27,7 +27,7 @@ _DEFINITIONS = ("reserve_many", "commit_many")
 _FUNCTIONS = (
     "quota_ledger_reserve_many(text, integer, integer, integer, text[], text[], text[], text[], text[],"
     " bigint[], text[], text[], integer[], text[], bigint[])",
-    "quota_ledger_commit_many(text[], text[])",
+    "quota_ledger_commit_many(text[], text[], boolean)",
 )
 
 

@@ -42,7 +42,7 @@ RESERVE_MANY = (
     " %(ttl_us)s::bigint[], %(priority_classes)s::text[], %(kubes)s::text[], %(item_owners)s::integer[],"
     " %(item_resources)s::text[], %(item_amounts)s::bigint[])"
 )
-COMMIT_MANY = "SELECT * FROM quota_ledger_commit_many(%(ids)s::text[], %(ops)s::text[])"
+COMMIT_MANY = "SELECT * FROM quota_ledger_commit_many(%(ids)s::text[], %(ops)s::text[], %(guard)s)"
 # whether the functions a batch calls are installed (a schema at 0012 or later)
 HAS_BATCH_FUNCTIONS = (
     "SELECT to_regproc('quota_ledger_try_commit') IS NOT NULL"

@@ -79,12 +79,14 @@ class BatchStats:
 @dataclass(frozen=True, slots=True)
 class Many:
     """How requests like this one are decided together by one call: those of a batch with
-    equal ``group`` go as ``build`` of their plain calls' parameters, in batch order. The call
-    returns a row for each request it decided, ending with the request's place in it (1-based);
-    it declines the others without aborting the transaction (their steps decide them)."""
+    equal ``group`` go as ``build`` of their plain calls' parameters, in batch order, and
+    whether the call is to be guarded (see :class:`Quick`). The call returns a row for each
+    request it decided, ending with the request's place in it (1-based); it declines the others
+    without aborting the transaction (their steps decide them), or unguarded it may abort it
+    as a plain call does."""
 
     group: tuple[Any, ...]
-    build: Callable[[list[Mapping[str, Any]]], Call]
+    build: Callable[[list[Mapping[str, Any]], bool], Call]
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +424,7 @@ def _sends(planned: Planned, *, plain: bool) -> list[tuple[Call, Planned, bool]]
         members = groups[many.group] if many is not None else []
         if many is not None and len(members) > 1:
             if members[0][0] == i:
-                sends.append((many.build([q.plain.params for _, q in members]), members, True))
+                sends.append((many.build([q.plain.params for _, q in members], not plain), members, True))
         else:
             sends.append((quick.plain if plain else quick.call, [(i, quick)], False))
     return sends

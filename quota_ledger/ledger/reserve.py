@@ -385,9 +385,10 @@ def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quic
     return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish, many)
 
 
-def reserve_many(calls: list[Mapping[str, Any]]) -> Call:
+def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
     """One call of ``ledger_reserve_many`` for plain requests of one partition and configuration
-    version, from the parameters of their own calls (:func:`function_params`)."""
+    version, from the parameters of their own calls (:func:`function_params`); it never aborts
+    the transaction, so needs no ``guard``."""
     first = calls[0]
     return Call(
         pg_functions.RESERVE_MANY,

@@ -247,9 +247,11 @@ def by_function_in(
     return Quick(Call(pg_functions.TRY_COMMIT, params), Call(pg_functions.COMMIT, params), finish, many)
 
 
-def commit_many(calls: list[Mapping[str, Any]]) -> Call:
-    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters."""
-    return Call(pg_functions.COMMIT_MANY, {"ids": [c["id"] for c in calls], "ops": [c["op"] for c in calls]})
+def commit_many(calls: list[Mapping[str, Any]], guard: bool) -> Call:
+    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters;
+    ``guard``: a tracked one's decline undoes only that commit (else it aborts the call)."""
+    ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
+    return Call(pg_functions.COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:

@@ -362,7 +362,9 @@ def test_plain_commits_move_reserved_to_in_use_with_journal_rows(
     ids = [r.id for r in made]
     ops = [f"op-{n}" for n in range(len(made))]
     before, other_before = counters(postgres_url), counters(postgres_url, "other")
-    answer = call(ledger, resolve.commit_many([{"id": i, "op": o} for i, o in zip(ids, ops, strict=True)]))
+    answer = call(
+        ledger, resolve.commit_many([{"id": i, "op": o} for i, o in zip(ids, ops, strict=True)], True)
+    )
     assert sorted(row.idx for row in answer) == [1, 2, 3, 4]
     for row in answer:
         wanted = made[row.idx - 1]
@@ -422,7 +424,9 @@ def test_repeats_unknown_ids_and_resolved_or_expired_ones_are_declined(
     )
     ids = [first.id, first.id, "00000000-0000-0000-0000-000000000000", late.id, done.id, gone.id, last.id]
     before = counters(postgres_url)
-    answer = call(ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids, 1)]))
+    answer = call(
+        ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids, 1)], True)
+    )
     assert sorted((row.idx, row.queue) for row in answer) == [(1, "root.a"), (7, "root.p.y")]
     assert journal(postgres_url, [first.id, late.id, last.id]) == sorted(
         [
@@ -479,7 +483,7 @@ def test_a_tracked_reservation_among_plain_ones_is_committed_with_its_counters(
     after_plain = ledger.reserve("root.plain", {"fpga": 1})
     identities, before = identity_counters(postgres_url), counters(postgres_url)
     ids = [before_plain.id, tracked.id, after_plain.id]
-    answer = call(ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)]))
+    answer = call(ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)], True))
     by_idx = {row.idx: row for row in answer}
     assert sorted(by_idx) == [1, 2, 3]
     assert (by_idx[2].user_name, by_idx[2].application) == ("ann", "ann-app")
@@ -519,7 +523,15 @@ def test_a_tracked_one_its_commit_declines_leaves_the_others_committed(
     # without its application row quota_ledger_commit declines the tracked one
     execute(postgres_url, "UPDATE quota_applications SET app_key = 'hidden' WHERE application = 'ann-app'")
     ids = [others[0].id, tracked.id, others[1].id]
-    answer = call(ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)]))
+    made = [{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)]
+    # unguarded, the tracked one's decline aborts the whole call: nothing is committed
+    assert (
+        ledger.driver.call(resolve.commit_many(made, False).sql, resolve.commit_many(made, False).params)
+        is None
+    )
+    assert identity_counters(postgres_url) == identities
+    assert counters(postgres_url) == before
+    answer = call(ledger, resolve.commit_many(made, True))
     execute(postgres_url, "UPDATE quota_applications SET app_key = 'ann-app' WHERE application = 'ann-app'")
     assert sorted(row.idx for row in answer) == [1, 3]
     assert stored(postgres_url, [tracked.id]) == {tracked.id: ("pending", [("fpga", 2, None)])}
@@ -557,7 +569,7 @@ def test_a_counter_at_the_bigint_limit_declines(ledger: QuotaEngine, postgres_ur
         execute(postgres_url, near, {"d": 5})
         before = counters(postgres_url)
         ids = [calls[1]["id"], plain_one.id]
-        assert call(ledger, resolve.commit_many([{"id": i, "op": "op"} for i in ids])) == []
+        assert call(ledger, resolve.commit_many([{"id": i, "op": "op"} for i in ids], True)) == []
         assert counters(postgres_url) == before
         assert {state for state, _ in stored(postgres_url, ids).values()} == {"pending"}
         assert journal(postgres_url, ids) == []

@@ -189,7 +189,7 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
 _RELEASED = {
     "check_updated.sql": "1b2915cf8cffac5a",
     "commit.sql": "74140e964323e54a",
-    "commit_many.sql": "62b0fe4515ad4102",
+    "commit_many.sql": "5cc28804cb347597",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",

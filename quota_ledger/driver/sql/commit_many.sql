@@ -2,16 +2,18 @@
 -- quota_ledger_commit would one after another, with one statement per step for every plain one
 -- (no user or application): their states and items, their journal rows and every counter
 -- (reserved -> in_use, each counter once with the sum). A tracked reservation is committed by
--- quota_ledger_try_commit. Declined, and left to the caller alone: an id that is not a pending
--- reservation in time, a repeat of an id already in the call, a tracked one that
--- quota_ledger_try_commit declines, and every plain one when a counter would pass the bigint
--- limit, or one with nothing reserved. Never raises QL001. Returns quota_ledger_commit's row and idx (1-based) for each
+-- quota_ledger_commit, whose decline (QL001) aborts the call, or with p_guard by
+-- quota_ledger_try_commit, a subtransaction, whose decline undoes only that commit. Declined, and
+-- left to the caller alone: an id that is not a pending reservation in time, a repeat of an id
+-- already in the call, a tracked one that quota_ledger_try_commit declines, and every plain one
+-- when a counter would pass the bigint limit, or one with nothing reserved. Raises QL001 only
+-- for a tracked commit without p_guard. Returns quota_ledger_commit's row and idx (1-based) for each
 -- committed reservation.
 -- Locks the reservation rows in byte order of their ids; then each tracked one's application row
 -- and counters (quota_ledger_commit); then the plain ones' counters, each looked up by its
 -- whole unique key in byte order: the queues' own counters, then the subtree counters of their
 -- lineages (by partition, scope, resource). No partition lock.
-CREATE OR REPLACE FUNCTION quota_ledger_commit_many(p_ids text[], p_operation_ids text[])
+CREATE OR REPLACE FUNCTION quota_ledger_commit_many(p_ids text[], p_operation_ids text[], p_guard boolean)
 RETURNS TABLE ("partition" text, "key" text, queue text, user_name text, "groups" text,
                application text, priority_class text, created_at timestamp, expires_at timestamp,
                resolved_at timestamp, resources text[], amounts bigint[], idx integer)
@@ -42,10 +44,14 @@ BEGIN
     FROM locked l JOIN firsts f ON f.id = l.id
     WHERE l.state = 'pending' AND v_now < l.expires_at
       AND EXISTS (SELECT 1 FROM reservation_items i WHERE i.reservation_id = l.id);
-    -- the tracked ones one by one (each declines without undoing the others)
+    -- the tracked ones one by one
     IF v_tracked IS NOT NULL THEN
         FOREACH v_n IN ARRAY v_tracked LOOP
-            RETURN QUERY SELECT c.*, v_n FROM quota_ledger_try_commit(p_ids[v_n], p_operation_ids[v_n]) AS c;
+            IF p_guard THEN
+                RETURN QUERY SELECT c.*, v_n FROM quota_ledger_try_commit(p_ids[v_n], p_operation_ids[v_n]) AS c;
+            ELSE
+                RETURN QUERY SELECT c.*, v_n FROM quota_ledger_commit(p_ids[v_n], p_operation_ids[v_n]) AS c;
+            END IF;
         END LOOP;
     END IF;
     IF v_plain IS NULL THEN
