@@ -13,7 +13,8 @@ On PostgreSQL a batch sends its function calls in one pipelined round trip befor
 step. Requests that can be decided as a set (a :class:`Many`: the plain reserves of one
 partition, the whole commits) go as one call for all of them (``quota_ledger_reserve_many``,
 ``quota_ledger_commit_many``): one statement per step whatever their number, each counter
-updated once. What such a call declines, its requests' steps decide. Other requests go as one
+updated once. What such a call declines goes as each request's own guarded call in a second
+round trip, and what that declines, its request's step decides. Other requests go as one
 call each. While none of those has declined lately they go plain; one that declines aborts the
 transaction, which then runs again with every such call guarded (``quota_ledger_try_*``: an
 exception block, so a decline undoes only that call), as do the next batches: a guard is a
@@ -49,7 +50,7 @@ from sqlalchemy import exc
 
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.pg_fast import Call
+from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model.errors import DatabaseUnavailable, QuotaLedgerError
 
@@ -360,7 +361,8 @@ class GroupCommit:
 
 def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
     """The batch's transaction: the function calls of the jobs that have one, in order and in
-    one round trip; then, in order, the step of every other job and of every job whose call
+    one round trip (and the own guarded calls of those a call for many declined, in a second);
+    then, in order, the step of every other job and of every job whose call
     declined, each in its own savepoint. That is the order the batch decides them in.
     ``plain``: calls that abort the transaction when they decline (:class:`_Declined`)."""
     decided: dict[int, Any] = {}
@@ -374,20 +376,11 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
             if quick is not None:
                 planned.append((i, quick))
     if planned and tx.fast is not None:
-        sends = _sends(planned, plain=plain)
-        try:
-            answers = tx.fast.pipelined([call for call, _, _ in sends])
-        except exc.DBAPIError as error:
-            if plain and getattr(error.orig, "sqlstate", None) == pg_functions.DECLINED:
-                raise _Declined() from error
-            raise
-        for (_, members, together), rows in zip(sends, answers, strict=True):
-            # a call for many answers with a row for each it decided, ending with its place
-            by_member = {row[-1] - 1: [row] for row in rows} if together else {0: rows}
-            for n, (i, quick) in enumerate(members):
-                value = quick.finish(by_member[n]) if n in by_member else None
-                if value is not None:
-                    decided[i] = value
+        # What a call for many declines may be a case it leaves to each request's own call
+        # (guarded, in a second round trip), which may decline it in turn: its step decides.
+        aside = _call(tx.fast, _sends(planned, plain=plain), decided, plain=plain)
+        if aside:
+            _call(tx.fast, [(quick.call, [(i, quick)], False) for i, quick in aside], decided, plain=False)
     outcomes: list[Any] = []
     for i, job in enumerate(jobs):
         if i in decided:
@@ -408,9 +401,34 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
 
 
 Planned = list[tuple[int, Quick[Any]]]
+#: calls to send, each with the requests it decides and whether it is a call for many
+Sends = list[tuple[Call, Planned, bool]]
 
 
-def _sends(planned: Planned, *, plain: bool) -> list[tuple[Call, Planned, bool]]:
+def _call(fast: FastPath, sends: Sends, decided: dict[int, Any], *, plain: bool) -> Planned:
+    """Send ``sends`` in one round trip and put what they decided in ``decided``; the requests
+    that a call for many declined. ``plain``: a decline that aborts the transaction raises
+    :class:`_Declined`."""
+    try:
+        answers = fast.pipelined([call for call, _, _ in sends])
+    except exc.DBAPIError as error:
+        if plain and getattr(error.orig, "sqlstate", None) == pg_functions.DECLINED:
+            raise _Declined() from error
+        raise
+    aside: Planned = []
+    for (_, members, together), rows in zip(sends, answers, strict=True):
+        # a call for many answers with a row for each it decided, ending with its place
+        by_member = {row[-1] - 1: [row] for row in rows} if together else {0: rows}
+        for n, (i, quick) in enumerate(members):
+            value = quick.finish(by_member[n]) if n in by_member else None
+            if value is not None:
+                decided[i] = value
+            elif together:
+                aside.append((i, quick))
+    return aside
+
+
+def _sends(planned: Planned, *, plain: bool) -> Sends:
     """The calls that decide ``planned``, in order, each with the requests it decides and
     whether it is a call for many: one for every group of two or more requests that can be
     decided together (where its first one was), and each other request's own call."""
@@ -418,7 +436,7 @@ def _sends(planned: Planned, *, plain: bool) -> list[tuple[Call, Planned, bool]]
     for i, quick in planned:
         if quick.many is not None:
             groups.setdefault(quick.many.group, []).append((i, quick))
-    sends: list[tuple[Call, Planned, bool]] = []
+    sends: Sends = []
     for i, quick in planned:
         many = quick.many
         members = groups[many.group] if many is not None else []
