@@ -3,7 +3,9 @@
 Every reservation of a partition locks the counters of the queues on its way to root until it
 commits, so each round trip between that lock and the commit is one that every other
 reservation waits for: adding to the locked counters is one statement however many there are
-(PyMySQL would make an ``executemany`` of an UPDATE one round trip per row).
+(PyMySQL would make an ``executemany`` of an UPDATE one round trip per row). After a commit a
+MariaDB connection goes back to the pool without a ROLLBACK the server has nothing to undo for,
+and one returned inside a transaction is still rolled back.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
 from quota_ledger.driver.counters import ADD_SLICE
-from quota_ledger.driver.schema import quota_usages
+from quota_ledger.driver.schema import quota_partitions, quota_usages
 from quota_ledger.driver.tx import LedgerTx
 
 COUNTERS = ADD_SLICE * 2 + 5
@@ -92,3 +94,38 @@ def test_adding_to_locked_counters_is_one_statement_a_slice(engine: QuotaEngine)
     engine.driver.run(work)
     assert len(sent) == -(-COUNTERS // ADD_SLICE)
     assert not any(many for _, many in sent)
+
+
+@pytest.fixture
+def mariadb_engine(server_db_url: URL) -> Iterator[QuotaEngine]:
+    if server_db_url.get_backend_name() != "mysql":
+        pytest.skip("PyMySQL's rollback is MariaDB's: psycopg skips it without a transaction")
+    engine = QuotaEngine.from_url(server_db_url, pool_size=1)
+    yield engine
+    engine.close()
+
+
+def _rollbacks(tx: LedgerTx) -> int:
+    row = tx.conn.execute(text("SHOW SESSION STATUS LIKE 'Com_rollback'")).one()
+    return int(row[1])
+
+
+def test_a_committed_connection_goes_back_without_a_rollback(mariadb_engine: QuotaEngine) -> None:
+    first = mariadb_engine.driver.run(_rollbacks)
+    mariadb_engine.driver.run(lambda tx: tx.db_now())
+    assert mariadb_engine.driver.run(_rollbacks) == first
+
+
+def test_a_connection_returned_inside_a_transaction_is_rolled_back(mariadb_engine: QuotaEngine) -> None:
+    raw = mariadb_engine.driver.engine.raw_connection()
+    cursor = raw.cursor()
+    try:
+        cursor.execute("INSERT INTO quota_partitions (name, created_at) VALUES ('open', UTC_TIMESTAMP())")
+    finally:
+        cursor.close()
+        raw.close()  # back to the pool (of one) with the insert not committed
+
+    def names(tx: LedgerTx) -> list[str]:
+        return list(tx.conn.execute(select(quota_partitions.c.name)).scalars())
+
+    assert "open" not in mariadb_engine.driver.run(names)
