@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect
@@ -114,16 +126,7 @@ _LOCK_LIMITS_AT = (
     .order_by(_U.resource)
     .with_for_update()
 )
-# apply_counter_deltas: adds to counters this transaction has locked.
-_APPLY = (
-    update(quota_usages)
-    .where(_U.id == bindparam("cid"))
-    .values(
-        in_use=_U.in_use + bindparam("d_in_use"),
-        reserved=_U.reserved + bindparam("d_reserved"),
-        updated_at=bindparam("now"),
-    )
-)
+# apply_counter_deltas: adds to counters this transaction has locked (see add_to_locked).
 PG_APPLY = (
     "UPDATE quota_usages SET in_use = quota_usages.in_use + d.di,"
     " reserved = quota_usages.reserved + d.dr, updated_at = %(now)s"
@@ -165,6 +168,50 @@ _ALL_COUNTERS = (
 # resource_names: the distinct resources a partition's counters name; no lock (a bound, read
 # when a reservation is about to create counters).
 _RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
+
+
+#: rows one add_to_locked statement changes at most; more take one statement per slice
+ADD_SLICE = 32
+
+
+@lru_cache(maxsize=2 * ADD_SLICE)
+def add_to_locked(table: Table, count: int) -> Any:
+    """apply_counter_deltas / apply_identity_deltas on MariaDB and SQLite: adds its own
+    ``(d_in_use, d_reserved)`` to each of ``count`` rows by id, in one statement; the rows are
+    already locked by this transaction, so it waits for nothing. One statement, not one per
+    row: PyMySQL runs an ``executemany`` of an UPDATE as a round trip per row, each while the
+    transaction holds the shared counters every other reservation of the partition waits for."""
+    c = table.c
+    ids = [bindparam(f"id{i}", type_=BigInteger) for i in range(count)]
+
+    def added(prefix: str) -> Any:
+        return case(
+            *((c.id == ids[i], bindparam(f"{prefix}{i}", type_=BigInteger)) for i in range(count)),
+            else_=0,
+        )
+
+    return (
+        update(table)
+        .where(c.id.in_(ids))
+        .values(
+            in_use=c.in_use + added("di"),
+            reserved=c.reserved + added("dr"),
+            updated_at=bindparam("now"),
+        )
+    )
+
+
+def add_to_locked_params(
+    changes: Sequence[tuple[int, tuple[int, int]]], now: datetime
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Slices of ``changes`` (id, (d_in_use, d_reserved)) in id order: each slice's size and
+    the parameters of :func:`add_to_locked` of that size."""
+    for start in range(0, len(changes), ADD_SLICE):
+        part = changes[start : start + ADD_SLICE]
+        params: dict[str, Any] = {"now": now}
+        for i, (cid, (di, dr)) in enumerate(part):
+            params.update({f"id{i}": cid, f"di{i}": di, f"dr{i}": dr})
+        yield len(part), params
 
 
 @lru_cache(maxsize=64)
@@ -265,10 +312,8 @@ class CounterStatements:
                 },
             )
             return
-        self.conn.execute(
-            _APPLY,
-            [{"cid": cid, "d_in_use": di, "d_reserved": dr, "now": now} for cid, (di, dr) in changes],
-        )
+        for count, params in add_to_locked_params(changes, now):
+            self.conn.execute(add_to_locked(quota_usages, count), params)
 
     def set_counter_values(self, values: Mapping[int, tuple[int, int]], now: datetime) -> None:
         params = [

@@ -10,6 +10,7 @@ from sqlalchemy import DateTime, Engine, Integer, create_engine, event, exc, ins
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.pool import PoolResetState
 from sqlalchemy.sql import ClauseElement, Insert
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
@@ -131,7 +132,9 @@ def build_engine(
     if backend == "postgresql":
         return create_engine(parsed, **options)
     if backend in ("mysql", "mariadb"):
-        engine = create_engine(parsed, **options)
+        # The pool's reset is _reset_if_in_transaction: PyMySQL sends a ROLLBACK on every
+        # rollback(), also after a commit, where it is one more round trip per call for nothing.
+        engine = create_engine(parsed, **options, pool_reset_on_return=None)
 
         @event.listens_for(engine, "connect")
         def _session_setup(dbapi_conn: Any, _record: Any) -> None:
@@ -139,8 +142,24 @@ def build_engine(
                 cur.execute("SET time_zone = '+00:00'")
                 cur.execute("SET SESSION innodb_lock_wait_timeout = 20")
 
+        event.listen(engine, "reset", _reset_if_in_transaction)
         return engine
     raise ValueError(f"unsupported database {backend!r}: use postgresql, mysql/mariadb or sqlite")
+
+
+#: SERVER_STATUS_IN_TRANS of the MySQL protocol's status flags
+_MY_IN_TRANSACTION = 0x0001
+
+
+def _reset_if_in_transaction(dbapi_conn: Any, _record: Any, state: PoolResetState) -> None:
+    """A MariaDB/MySQL connection going back to the pool is rolled back unless the server said,
+    in its last reply, that no transaction is open (a commit's reply says so): what psycopg and
+    sqlite3 do by themselves. A driver that does not tell is always rolled back."""
+    if state.transaction_was_reset or not state.asyncio_safe:
+        return
+    status = getattr(dbapi_conn, "server_status", None)
+    if not isinstance(status, int) or status & _MY_IN_TRANSACTION:
+        dbapi_conn.rollback()
 
 
 def _sqlite_engine(url: URL, *, echo: bool) -> Engine:

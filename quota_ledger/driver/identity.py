@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, select, update
 
 from quota_ledger.driver import dialect
-from quota_ledger.driver.counters import force_index
+from quota_ledger.driver.counters import add_to_locked, add_to_locked_params, force_index
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_identity_usages
 from quota_ledger.model.limits import Counter
@@ -47,16 +47,7 @@ _ALL_IDENTITY = (
 )
 # lock_all_identity_counters: the same, locked (config apply and audit fix, step 7).
 _LOCK_ALL_IDENTITY = force_index(_ALL_IDENTITY.with_for_update(), quota_identity_usages, _IDENTITY_INDEX)
-# apply_identity_deltas: adds to counters this transaction has locked.
-_APPLY_IDENTITY = (
-    update(quota_identity_usages)
-    .where(_D.id == bindparam("cid"))
-    .values(
-        in_use=_D.in_use + bindparam("d_in_use"),
-        reserved=_D.reserved + bindparam("d_reserved"),
-        updated_at=bindparam("now"),
-    )
-)
+# apply_identity_deltas: adds to counters this transaction has locked (see add_to_locked).
 PG_APPLY_IDENTITY = (
     "UPDATE quota_identity_usages SET in_use = quota_identity_usages.in_use + d.di,"
     " reserved = quota_identity_usages.reserved + d.dr, updated_at = %(now)s"
@@ -133,11 +124,9 @@ class IdentityStatements:
                     "now": now,
                 },
             )
-        elif changes:
-            self.conn.execute(
-                _APPLY_IDENTITY,
-                [{"cid": cid, "d_in_use": di, "d_reserved": dr, "now": now} for cid, (di, dr) in changes],
-            )
+        else:
+            for count, params in add_to_locked_params(changes, now):
+                self.conn.execute(add_to_locked(quota_identity_usages, count), params)
 
     def set_identity_counters(self, values: Mapping[int, tuple[int, int, int]], now: datetime) -> None:
         """Set (in_use, reserved, limit) of locked counters."""
