@@ -1,0 +1,101 @@
+"""What every part of the engine shares: its state, and how a prepared operation is decided."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.ledger import configure, group_commit
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest
+from quota_ledger.model.quantity import parse_resources
+
+T = TypeVar("T")
+DEFAULT_PARTITION = "default"
+DEFAULT_TTL = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """A reservation operation whose arguments are checked, ready to be decided
+    (:meth:`QuotaEngine.decide`, or many at once :meth:`QuotaEngine.decide_all`)."""
+
+    #: how group commit decides it (or a transaction of its own, without batching)
+    request: group_commit.Request[Any]
+    #: the result from the request's value, once its transaction has committed (may raise)
+    finish: Callable[[Any], T] | None = None
+
+
+def _outcome(call: Callable[[], T]) -> T | Exception:
+    """The call's result, or the error it raised (one operation of many)."""
+    try:
+        return call()
+    except Exception as error:  # delivered as that operation's outcome
+        return error
+
+
+class EngineBase:
+    """The state :class:`QuotaEngine` sets up and its parts use, and deciding operations.
+
+    The parts (reservations, configuration, Kubernetes objects, usage, maintenance) are mixins
+    of this class; :class:`QuotaEngine` combines them and sets these attributes.
+    """
+
+    driver: DbQuotaDriver
+    default_ttl: float
+    #: how many resources a request, a limit set and a partition may name
+    bounds: validation.Bounds
+    #: the newest configuration compiled, shared by this engine's operations
+    rules: CompiledRules
+    #: with ``batching``: the queue and flusher that decide many requests per transaction
+    group_commit: group_commit.GroupCommit | None
+
+    def decide(self, operation: Operation[T]) -> T:
+        """Decide a prepared operation (``prepare_*``): in a transaction of its own, or with
+        batching in the next batch; its result, or raises its error."""
+        request = operation.request
+        if self.group_commit is None:
+            value = request.alone() if request.alone is not None else self.driver.run(request.step)
+        else:
+            value = self.group_commit.run(request.step, request.order, request.fast, request.alone)
+        return value if operation.finish is None else operation.finish(value)
+
+    def decide_all(self, operations: Sequence[Operation[T]]) -> list[T | Exception]:
+        """Decide many prepared operations (``prepare_*``) from this thread, each exactly as
+        :meth:`decide` would; each one's result or error, in order. With batching they are
+        queued together and decided in shared transactions (no thread each); without, one
+        after another."""
+        if self.group_commit is None:
+            return [_outcome(partial(self.decide, operation)) for operation in operations]
+        values = self.group_commit.run_many([operation.request for operation in operations])
+        return [
+            value
+            if isinstance(value, Exception) or operation.finish is None
+            else _outcome(partial(operation.finish, value))
+            for operation, value in zip(operations, values, strict=True)
+        ]
+
+    def _decide(self, step: Callable[[LedgerTx], T]) -> T:
+        """Run ``step`` in a transaction of its own, or in the next batch with batching."""
+        return self.decide(Operation(group_commit.Request(step)))
+
+    @property
+    def _functions(self) -> bool:
+        """Whether a batch may decide requests by function calls (PostgreSQL, with batching)."""
+        return self.group_commit is not None and self.group_commit.functions
+
+    @staticmethod
+    def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:
+        """Parse a resource mapping once its size is within ``bound`` (counted before parsing)."""
+        if not isinstance(resources, Mapping):
+            raise InvalidRequest("resources must map resource names to quantities", field="resources")
+        bound(resources)
+        return parse_resources(resources)
+
+    def _apply(self, tx: LedgerTx, edit: configure.Edit | None = None, **kw: Any) -> int:
+        return configure.apply(tx, edit, compiled=self.rules.remember, bounds=self.bounds, **kw)

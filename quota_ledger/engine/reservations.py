@@ -1,0 +1,303 @@
+"""Reservations: reserve, commit, roll back and release, each also prepared to be decided later."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
+from quota_ledger.kube import pods
+from quota_ledger.ledger import group_commit, release, reserve, resolve
+from quota_ledger.ledger.reserve import Request as ReserveRequest
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest, ReservationNotFound
+from quota_ledger.model.values import Reservation
+
+
+class Reservations(EngineBase):
+    """The reservation calls of :class:`QuotaEngine`."""
+
+    if TYPE_CHECKING:
+        # from KubernetesObjects, which QuotaEngine combines with this class
+        def namespace_queue(self, namespace: str, *, partition: str = DEFAULT_PARTITION) -> str: ...
+
+    def reserve(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
+    ) -> Reservation:
+        """Reserve ``resources`` in ``queue`` if every limit on the way to root allows it.
+
+        Raises :class:`OverQuota` listing every limit that would be broken. With ``key``, a
+        repeated call returns the original reservation (in whatever state it is now).
+        ``priority_class``, ``terminating``, ``best_effort`` (default: no vcore/cpu or memory
+        requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
+        ResourceQuotas in the queue's namespace match on.
+        """
+        return self.decide(
+            self.prepare_reserve(
+                queue,
+                resources,
+                partition=partition,
+                user=user,
+                groups=groups,
+                application=application,
+                priority_class=priority_class,
+                ttl=ttl,
+                key=key,
+                terminating=terminating,
+                best_effort=best_effort,
+                cross_namespace_affinity=cross_namespace_affinity,
+            )
+        )
+
+    def prepare_reserve(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
+    ) -> Operation[Reservation]:
+        """:meth:`reserve` checked but not decided yet (:meth:`decide_all`); raises what
+        :meth:`reserve` raises for its arguments."""
+        validation.partition(partition)
+        validation.queue(queue)
+        amounts = self._bounded(resources, self.bounds.request)
+        if not amounts:
+            raise InvalidRequest("a reservation names at least one resource (RES=QTY)", field="resources")
+        positive = {res: amount for res, amount in amounts.items() if amount > 0}
+        usage, derived = pods.usage_of_resources(positive)
+        validation.flag(terminating, "terminating")
+        validation.flag(cross_namespace_affinity, "cross_namespace_affinity")
+        if best_effort is not None and not isinstance(best_effort, bool):
+            raise InvalidRequest("best_effort must be True, False or None", field="best_effort")
+        scopes = pods.PodScopes(
+            priority_class=validation.priority_class(priority_class),
+            terminating=terminating,
+            best_effort=derived.best_effort if best_effort is None else best_effort,
+            cross_namespace_affinity=cross_namespace_affinity,
+        )
+        request = reserve.build(
+            partition=partition,
+            queue=queue,
+            resources=positive,
+            user=user,
+            groups=groups,
+            application=application,
+            ttl=ttl,
+            default_ttl=self.default_ttl,
+            key=key,
+            kube={"usage": usage, "scopes": scopes.as_dict()},
+            namespace=queue.rsplit(".", 1)[-1],
+        )
+        return self._reservation(request)
+
+    def reserve_pod(
+        self,
+        pod: Any,
+        *,
+        partition: str = DEFAULT_PARTITION,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> Reservation:
+        """Reserve what a v1 Pod (dict or YAML) needs in its namespace's queue.
+
+        Derives the request (containers summed, init containers by the max rule, overhead added;
+        cpu in ``vcore`` milli-cores, memory in bytes, extended resources as counts, ``pods: 1``),
+        the priority class and scope attributes, the user and groups from the annotation
+        ``yunikorn.apache.org/user.info`` and the application from the ``applicationId`` label.
+        ``key`` defaults to the pod's ``metadata.uid``.
+        """
+        return self.decide(self.prepare_reserve_pod(pod, partition=partition, ttl=ttl, key=key))
+
+    def prepare_reserve_pod(
+        self,
+        pod: Any,
+        *,
+        partition: str = DEFAULT_PARTITION,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+    ) -> Operation[Reservation]:
+        """:meth:`reserve_pod` checked but not decided yet (:meth:`decide_all`); reads the
+        namespace's queue."""
+        validation.partition(partition)
+        request = pods.parse_pod(pod)
+        self.bounds.request(request.resources, "spec.containers")
+        queue = self.namespace_queue(request.namespace, partition=partition)
+        checked = reserve.build(
+            partition=partition,
+            queue=queue,
+            resources=request.resources,
+            user=request.user,
+            groups=request.groups,
+            application=request.application,
+            ttl=ttl,
+            default_ttl=self.default_ttl,
+            key=key if key is not None else request.uid,
+            kube={"usage": request.usage, "scopes": request.scopes.as_dict()},
+            namespace=request.namespace,
+            missing={"requests": request.missing_requests, "limits": request.missing_limits},
+        )
+        return self._reservation(checked)
+
+    def get(self, reservation_id: str) -> Reservation:
+        """The reservation with this id, as stored now."""
+        wanted = validation.reservation_id(reservation_id)
+        found = self.driver.run(lambda tx: tx.find_reservation(wanted))
+        if found is None:
+            raise ReservationNotFound(wanted)
+        return found.reservation
+
+    def get_by_key(self, key: str, *, partition: str = DEFAULT_PARTITION) -> Reservation:
+        """The reservation made with this idempotency key."""
+        validation.partition(partition)
+        name = validation.name(key, "key")
+        found = self.driver.run(lambda tx: tx.find_reservation_by_key(partition, name))
+        if found is None:
+            raise ReservationNotFound(name)
+        return found.reservation
+
+    def commit(self, reservation_id: str, resources: Mapping[str, Any] | None = None) -> Reservation:
+        """Turn a pending reservation into in-use usage.
+
+        ``resources`` may name less than was reserved (missing resources commit nothing); the
+        rest is released in the same transaction. Committing a committed reservation returns
+        it; a rolled-back or expired one raises :class:`ReservationStateError`, also when its
+        expiry time has passed but no sweep has run yet (it is expired on the spot).
+        """
+        return self.decide(self.prepare_commit(reservation_id, resources))
+
+    def prepare_commit(
+        self, reservation_id: str, resources: Mapping[str, Any] | None = None
+    ) -> Operation[Reservation]:
+        """:meth:`commit` checked but not decided yet (:meth:`decide_all`)."""
+        validation.reservation_id(reservation_id)
+        amounts = None if resources is None else self._bounded(resources, self.bounds.request)
+        operation_id = str(uuid.uuid4())
+        step = partial(
+            resolve.commit_general,
+            rules=self.rules,
+            reservation_id=reservation_id,
+            amounts=amounts,
+            operation_id=operation_id,
+        )
+        fast = None
+        if amounts is None and self._functions:
+            fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
+        alone = partial(self._commit_alone, reservation_id, amounts, operation_id)
+        request = group_commit.Request(step, fast=fast, alone=alone)
+        return Operation(request, resolve.raise_expired)
+
+    def rollback(self, reservation_id: str) -> Reservation:
+        """Release a pending reservation. Rolling back twice, or an expired one, returns it;
+        rolling back a committed one raises :class:`ReservationStateError`."""
+        return self.decide(self.prepare_rollback(reservation_id))
+
+    def prepare_rollback(self, reservation_id: str) -> Operation[Reservation]:
+        """:meth:`rollback` checked but not decided yet (:meth:`decide_all`)."""
+        validation.reservation_id(reservation_id)
+        return Operation(
+            group_commit.Request(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id))
+        )
+
+    def release(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] | None = (),
+        application: str | None = None,
+        finished: bool = False,
+        key: str | None = None,
+    ) -> None:
+        """Return in-use resources of ``queue``: the resource is gone again.
+
+        Never refused for being over a limit. Releasing more than is in use raises
+        :class:`UsageUnderflow` and changes nothing. With ``key`` the release happens once:
+        calling again with the same key and request (after a timeout or a failover, when the
+        caller cannot tell whether the first call was applied) changes nothing, and the key
+        with a different request raises :class:`IdempotencyConflict`.
+        """
+        validation.partition(partition)
+        validation.queue(queue)
+        amounts = {res: n for res, n in self._bounded(resources, self.bounds.request).items() if n > 0}
+        user = validation.optional_name(user, "user")
+        application = validation.optional_name(application, "application")
+        validation.names(groups, "groups")
+        validation.flag(finished, "finished")
+        key = validation.optional_name(key, "key")
+        operation_id = str(uuid.uuid4()) if key is None else release.keyed_operation_id(partition, key)
+        operation = partial(
+            release.release,
+            partition=partition,
+            queue=queue,
+            amounts=amounts,
+            user=user,
+            application=application,
+            finished=finished,
+            operation_id=operation_id,
+            key=key,
+        )
+        self.driver.run(operation)
+
+    def release_reservation(self, reservation_id: str, *, finished: bool = False) -> Reservation:
+        """Release everything a committed reservation holds (its pod is gone), once.
+
+        Its committed amounts leave the queue, user, group and application counters, and it
+        leaves the ResourceQuotas that count it; ``finished`` ends its application's run. A
+        pending reservation is rolled back instead; releasing again returns it unchanged.
+        """
+        validation.reservation_id(reservation_id)
+        validation.flag(finished, "finished")
+        operation_id = str(uuid.uuid4())
+        return self._decide(
+            lambda tx: release.release_reservation(tx, self.rules, reservation_id, finished, operation_id)
+        )
+
+    def release_pod(
+        self, pod: Any, *, partition: str = DEFAULT_PARTITION, key: str | None = None, finished: bool = False
+    ) -> Reservation:
+        """Release the reservation :meth:`reserve_pod` made for this Pod (found by ``key``,
+        default its ``metadata.uid``)."""
+        validation.partition(partition)
+        request = pods.parse_pod(pod)
+        lookup = validation.optional_name(key if key is not None else request.uid, "key")
+        if lookup is None:
+            raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
+        return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
+
+    def _reservation(self, request: ReserveRequest) -> Operation[Reservation]:
+        step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
+        fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
+        alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
+        return Operation(group_commit.Request(step, (request.partition, request.queue), fast, alone))
+
+    def _commit_alone(
+        self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
+    ) -> tuple[Reservation, bool]:
+        return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id), False
