@@ -195,6 +195,19 @@ def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UR
     yield from _fresh_url(request, request.param, tmp_path)
 
 
+@pytest.fixture(params=("sqlite", "mariadb"))
+def core_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
+    """A fresh, migrated database on the backends whose hot statements are SQLAlchemy Core's
+    (PostgreSQL's go on the psycopg cursor)."""
+    yield from _fresh_url(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def mariadb_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
+    """A fresh, migrated MariaDB database (for MariaDB-only checks)."""
+    yield from _fresh_url(request, "mariadb", tmp_path)
+
+
 @pytest.fixture
 def postgres_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
     """A fresh, migrated PostgreSQL database (for PostgreSQL-only checks such as query plans)."""
@@ -236,7 +249,7 @@ def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
         server.drop_database(name)
 
 
-_BACKEND_FIXTURES = ("db_url", "server_db_url", "empty_db")
+_BACKEND_FIXTURES = ("db_url", "server_db_url", "core_db_url", "empty_db")
 _deselected: Counter[str] = Counter()
 
 
