@@ -4,8 +4,8 @@ Group commit sent one function call per request, each a dozen statements run one
 on the server. ``quota_ledger_reserve_many`` reserves many plain requests of a partition with one
 statement per step (their rows, their items, one update per counter with the sum), admitting the
 longest prefix that fits; ``quota_ledger_commit_many`` commits many reservations the same way
-(a tracked one by ``quota_ledger_try_commit``). What either declines, the engine decides alone.
-MariaDB and SQLite get nothing here.
+(tracked ones too: each application row once for all of its reservations). What either
+declines, the engine decides alone. MariaDB and SQLite get nothing here.
 
 Revision ID: 0012
 Revises: 0011

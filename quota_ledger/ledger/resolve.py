@@ -249,7 +249,8 @@ def by_function_in(
 
 def commit_many(calls: list[Mapping[str, Any]], guard: bool) -> Call:
     """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters;
-    ``guard``: a tracked one's decline undoes only that commit (else it aborts the call)."""
+    ``guard``: a tracked one without its application row is declined alone (else the call
+    aborts, as ``ledger_commit`` would)."""
     ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
     return Call(pg_functions.COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
 

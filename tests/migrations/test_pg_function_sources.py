@@ -189,7 +189,7 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
 _RELEASED = {
     "check_updated.sql": "1b2915cf8cffac5a",
     "commit.sql": "74140e964323e54a",
-    "commit_many.sql": "5cc28804cb347597",
+    "commit_many.sql": "82852b8da6d9eb78",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
