@@ -427,3 +427,18 @@ def test_tracked_reserves_racing_for_a_limit_are_decided_by_the_set_call(
         assert engine.audit() == []
     finally:
         engine.close()
+
+
+def test_a_copy_made_after_a_change_to_what_it_counts_is_set_aside(ledger: QuotaEngine) -> None:
+    # pat's first request changes pat's application rows below root.org but (as these
+    # arguments say) is charged to none of pat's counters; pat's second needs pat's copy at
+    # root.org, which one after another would count the first: it is set aside
+    first = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="pat", application="pat-1"))
+    for field in ("kinds", "names", "queues", "resources", "amounts", "limits"):
+        first[f"id_{field}"] = []
+    second = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="pat", application="pat-2"))
+    third = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="quin", application="quin-1"))
+    made = reserve.reserve_many([first, second, third])
+    answer = ledger.driver.call(made.sql, made.params)
+    assert answer is not None
+    assert [row.idx for row in answer] == [1, 3]

@@ -52,6 +52,7 @@ DECLARE
     c_name text[];
     c_queue text[];
     c_resource text[];
+    c_lim bigint[];
     v_first_over integer;
     v_admitted integer[];
     v_tids tid[];
@@ -161,43 +162,58 @@ BEGIN
         END IF;
     END IF;
     IF cardinality(p_id_owners) > 0 THEN
-        -- A copy made for request i holds what the application rows held before the call: a
-        -- request before it in the call that could change those rows without being charged to
-        -- the copy itself sets it aside.
+        -- A copy holds what the application rows held before the call. One after another, the
+        -- request that makes it would see the changes of the requests before it: a request
+        -- that comes after one that changes those rows without being charged to the copy is
+        -- set aside.
         v_aside := v_aside || ARRAY(
-            SELECT DISTINCT t.owner
-            FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues, p_id_resources)
-                 AS t(owner, kind, name, queue, resource)
-            WHERE t.owner = ANY (v_inserted) AND NOT t.owner = ANY (v_aside)
-              AND (t.resource <> 'applications' OR t.owner = ANY (v_started))
-              AND NOT EXISTS (
-                SELECT 1 FROM quota_identity_usages u
-                WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name AND u.queue = t.queue
-                  AND u.resource = t.resource)
-              AND EXISTS (
-                SELECT 1 FROM unnest(v_inserted) AS j
-                WHERE j < t.owner AND p_app_keys[j] IS NOT NULL
-                  AND ((t.kind = 'user' AND p_users[j] = t.name) OR (t.kind = 'group' AND p_app_groups[j] = t.name))
-                  AND (p_queues[j] = t.queue OR starts_with(p_queues[j], t.queue || '.'))
-                  AND CASE WHEN t.resource = 'applications' THEN j = ANY (v_started)
-                           ELSE EXISTS (SELECT 1 FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
-                                        WHERE i.owner = j AND i.resource = t.resource) END
-                  AND NOT EXISTS (
-                    SELECT 1 FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues, p_id_resources)
-                         AS o(owner, kind, name, queue, resource)
-                    WHERE o.owner = j AND o.kind = t.kind AND o.name = t.name AND o.queue = t.queue
-                      AND o.resource = t.resource)));
-        SELECT array_agg(m.kind), array_agg(m.name), array_agg(m.queue), array_agg(m.resource)
-        INTO c_kind, c_name, c_queue, c_resource
-        FROM (SELECT DISTINCT t.kind, t.name, t.queue, t.resource
-              FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues, p_id_resources)
-                   AS t(owner, kind, name, queue, resource)
+            WITH wanted AS MATERIALIZED (
+                SELECT t.owner, t.kind, t.name, t.queue, t.resource
+                FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues, p_id_resources)
+                     AS t(owner, kind, name, queue, resource)
+                WHERE t.owner = ANY (v_inserted) AND NOT t.owner = ANY (v_aside)
+                  AND (t.resource <> 'applications' OR t.owner = ANY (v_started))),
+            -- what each tracked request changes in its application row: (request, kind, name,
+            -- queue, resource)
+            touched AS (
+                SELECT r.owner, k.kind, k.name, p_queues[r.owner] AS queue, r.resource
+                FROM (SELECT i.owner, i.resource FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+                      UNION ALL
+                      SELECT s, 'applications' FROM unnest(v_started) AS s) AS r
+                CROSS JOIN LATERAL (VALUES ('user', p_users[r.owner]), ('group', p_app_groups[r.owner])) AS k(kind, name)
+                WHERE r.owner = ANY (v_inserted) AND NOT r.owner = ANY (v_aside)
+                  AND p_app_keys[r.owner] IS NOT NULL AND k.name IS NOT NULL),
+            -- each missing copy, and the first request that changes what it is made from
+            gap AS (
+                SELECT c.kind, c.name, c.queue, c.resource, min(t.owner) AS owner
+                FROM (SELECT DISTINCT w.kind, w.name, w.queue, w.resource FROM wanted w
+                      WHERE NOT EXISTS (
+                          SELECT 1 FROM quota_identity_usages u
+                          WHERE u."partition" = p_partition AND u.kind = w.kind AND u.name = w.name
+                            AND u.queue = w.queue AND u.resource = w.resource)) AS c
+                JOIN touched t ON t.kind = c.kind AND t.name = c.name AND t.resource = c.resource
+                              AND (t.queue = c.queue OR starts_with(t.queue, c.queue || '.'))
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM wanted w
+                    WHERE w.owner = t.owner AND w.kind = c.kind AND w.name = c.name AND w.queue = c.queue
+                      AND w.resource = c.resource)
+                GROUP BY c.kind, c.name, c.queue, c.resource)
+            SELECT DISTINCT w.owner FROM wanted w
+            JOIN gap g ON g.kind = w.kind AND g.name = w.name AND g.queue = w.queue AND g.resource = w.resource
+            WHERE w.owner > g.owner);
+        -- the copies to make, each with the limit of its first request
+        SELECT array_agg(m.kind), array_agg(m.name), array_agg(m.queue), array_agg(m.resource), array_agg(m.lim)
+        INTO c_kind, c_name, c_queue, c_resource, c_lim
+        FROM (SELECT DISTINCT ON (t.kind, t.name, t.queue, t.resource) t.kind, t.name, t.queue, t.resource, t.lim
+              FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_limits)
+                   AS t(owner, kind, name, queue, resource, lim)
               WHERE t.owner = ANY (v_inserted) AND NOT t.owner = ANY (v_aside)
                 AND (t.resource <> 'applications' OR t.owner = ANY (v_started))
                 AND NOT EXISTS (
                   SELECT 1 FROM quota_identity_usages u
                   WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name
-                    AND u.queue = t.queue AND u.resource = t.resource)) AS m;
+                    AND u.queue = t.queue AND u.resource = t.resource)
+              ORDER BY t.kind, t.name, t.queue, t.resource, t.owner) AS m;
         IF c_kind IS NOT NULL THEN
             -- those users' and groups' application rows first (a release of one is either in
             -- the values or waits), in app_key order, before any counter
@@ -214,15 +230,7 @@ BEGIN
                        CASE WHEN m.resource = 'applications' THEN h.running ELSE h.in_use END,
                        CASE WHEN m.resource = 'applications' THEN 0 ELSE h.reserved END,
                        m.lim, v_now
-                FROM (SELECT c.kind, c.name, c.queue, c.resource,
-                             (SELECT t.lim FROM unnest(p_id_owners, p_id_kinds, p_id_names, p_id_queues,
-                                                       p_id_resources, p_id_limits)
-                                  AS t(owner, kind, name, queue, resource, lim)
-                              WHERE t.owner = ANY (v_inserted) AND NOT t.owner = ANY (v_aside)
-                                AND t.kind = c.kind AND t.name = c.name AND t.queue = c.queue
-                                AND t.resource = c.resource
-                              ORDER BY t.owner LIMIT 1) AS lim
-                      FROM unnest(c_kind, c_name, c_queue, c_resource) AS c(kind, name, queue, resource)) AS m
+                FROM unnest(c_kind, c_name, c_queue, c_resource, c_lim) AS m(kind, name, queue, resource, lim)
                 CROSS JOIN LATERAL (
                     SELECT coalesce(sum((a."usage"::jsonb -> m.resource ->> 0)::bigint), 0) AS in_use,
                            coalesce(sum((a."usage"::jsonb -> m.resource ->> 1)::bigint), 0) AS reserved,
