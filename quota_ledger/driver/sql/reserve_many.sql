@@ -53,6 +53,7 @@ DECLARE
     c_queue text[];
     c_resource text[];
     c_lim bigint[];
+    c_tid tid[];
     v_first_over integer;
     v_admitted integer[];
     v_tids tid[];
@@ -125,7 +126,8 @@ BEGIN
         SELECT array_agg(DISTINCT p_app_keys[n]) INTO v_fresh
         FROM unnest(v_inserted) AS n
         WHERE p_app_keys[n] IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM quota_applications a WHERE a."partition" = p_partition AND a.app_key = p_app_keys[n]);
+            SELECT 1 FROM quota_applications a WHERE a."partition" = p_partition AND a.app_key = p_app_keys[n]
+            OFFSET 0);
         IF v_fresh IS NOT NULL THEN
             -- a later request of a new application must be for the same row as its first one
             v_aside := v_aside || ARRAY(
@@ -190,7 +192,8 @@ BEGIN
                       WHERE NOT EXISTS (
                           SELECT 1 FROM quota_identity_usages u
                           WHERE u."partition" = p_partition AND u.kind = w.kind AND u.name = w.name
-                            AND u.queue = w.queue AND u.resource = w.resource)) AS c
+                            AND u.queue = w.queue AND u.resource = w.resource
+                          OFFSET 0)) AS c
                 JOIN touched t ON t.kind = c.kind AND t.name = c.name AND t.resource = c.resource
                               AND (t.queue = c.queue OR starts_with(t.queue, c.queue || '.'))
                 WHERE NOT EXISTS (
@@ -209,10 +212,13 @@ BEGIN
                    AS t(owner, kind, name, queue, resource, lim)
               WHERE t.owner = ANY (v_inserted) AND NOT t.owner = ANY (v_aside)
                 AND (t.resource <> 'applications' OR t.owner = ANY (v_started))
+                -- (OFFSET 0: a lookup by the whole key for each, never a join with the partition's
+                -- counters, which the planner would pick thinking the arrays short)
                 AND NOT EXISTS (
                   SELECT 1 FROM quota_identity_usages u
                   WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name
-                    AND u.queue = t.queue AND u.resource = t.resource)
+                    AND u.queue = t.queue AND u.resource = t.resource
+                  OFFSET 0)
               ORDER BY t.kind, t.name, t.queue, t.resource, t.owner) AS m;
         IF c_kind IS NOT NULL THEN
             -- those users' and groups' application rows first (a release of one is either in
@@ -241,9 +247,10 @@ BEGIN
                       AND (a.queue = m.queue OR starts_with(a.queue, m.queue || '.'))) AS h
                 ORDER BY m.kind COLLATE "C", m.name COLLATE "C", m.queue COLLATE "C", m.resource COLLATE "C"
                 ON CONFLICT DO NOTHING
-                RETURNING kind, name, queue, resource)
-            SELECT array_agg(made.kind), array_agg(made.name), array_agg(made.queue), array_agg(made.resource)
-            INTO c_kind, c_name, c_queue, c_resource
+                RETURNING ctid, kind, name, queue, resource)
+            SELECT array_agg(made.ctid), array_agg(made.kind), array_agg(made.name), array_agg(made.queue),
+                   array_agg(made.resource)
+            INTO c_tid, c_kind, c_name, c_queue, c_resource
             FROM made;
         END IF;
     END IF;
@@ -255,7 +262,8 @@ BEGIN
           AND NOT EXISTS (
             SELECT 1 FROM quota_usages u
             WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queues[i.owner]
-              AND u.resource = i.resource)) THEN
+              AND u.resource = i.resource
+            OFFSET 0)) THEN
         INSERT INTO quota_partitions (name, created_at) VALUES (p_partition, v_now) ON CONFLICT DO NOTHING;
         INSERT INTO quota_usages ("partition", scope_type, scope, resource, in_use, reserved, hard_limit, updated_at)
         SELECT p_partition, 'queue', m.queue, m.resource, 0, 0, NULL, v_now
@@ -363,15 +371,17 @@ BEGIN
         WHERE a."partition" = p_partition AND a.app_key = ANY (v_new_keys)
           AND NOT a.app_key = ANY (SELECT p_app_keys[n] FROM unnest(v_admitted) AS n);
     END IF;
-    IF c_kind IS NOT NULL THEN
-        -- and the copies no admitted request is charged to
+    IF c_tid IS NOT NULL THEN
+        -- and the copies no admitted request is charged to (by their addresses: rows this
+        -- call inserted and has not updated)
         DELETE FROM quota_identity_usages u
-        USING unnest(c_kind, c_name, c_queue, c_resource) AS c(kind, name, queue, resource)
-        WHERE u."partition" = p_partition AND u.kind = c.kind AND u.name = c.name AND u.queue = c.queue
-          AND u.resource = c.resource AND NOT EXISTS (
-            SELECT 1 FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource) AS w(idx, kind, k1, k2, k3, resource)
-            WHERE w.idx = ANY (v_admitted) AND w.kind = 2 AND w.k1 = c.kind AND w.k2 = c.name AND w.k3 = c.queue
-              AND w.resource = c.resource);
+        WHERE u.ctid = ANY (ARRAY(
+            SELECT c.tid FROM unnest(c_tid, c_kind, c_name, c_queue, c_resource) AS c(tid, kind, name, queue, resource)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource)
+                     AS w(idx, kind, k1, k2, k3, resource)
+                WHERE w.kind = 2 AND w.k1 = c.kind AND w.k2 = c.name AND w.k3 = c.queue AND w.resource = c.resource
+                  AND w.idx = ANY (v_admitted))));
     END IF;
     IF cardinality(v_admitted) = 0 THEN
         RETURN;
