@@ -1,8 +1,9 @@
-"""PostgreSQL: functions that decide a batch's plain reservations and commits as a set.
+"""PostgreSQL: functions that decide a batch's reservations and commits as a set.
 
 Group commit sent one function call per request, each a dozen statements run one after another
-on the server. ``quota_ledger_reserve_many`` reserves many plain requests of a partition with one
-statement per step (their rows, their items, one update per counter with the sum), admitting the
+on the server. ``quota_ledger_reserve_many`` reserves many requests of a partition (plain or
+tracked) with one statement per step (their rows, their items, their application rows, one update
+per counter with the sum), admitting the
 longest prefix that fits; ``quota_ledger_commit_many`` commits many reservations the same way
 (tracked ones too: each application row once for all of its reservations). What either
 declines, the engine decides alone. MariaDB and SQLite get nothing here.
@@ -26,7 +27,8 @@ depends_on = None
 _DEFINITIONS = ("reserve_many", "commit_many")
 _FUNCTIONS = (
     "quota_ledger_reserve_many(text, integer, integer, integer, text[], text[], text[], text[], text[],"
-    " bigint[], text[], text[], integer[], text[], bigint[])",
+    " bigint[], text[], text[], text[], text[], text[], text[], integer[], text[], bigint[], integer[], text[],"
+    " text[], text[], text[], bigint[], bigint[], integer[], text[], text[], bigint[])",
     "quota_ledger_commit_many(text[], text[], boolean)",
 )
 

@@ -35,12 +35,16 @@ COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
 # Inside a larger transaction (group commit, migration 0011): a decline returns NULL (no row).
 TRY_RESERVE = RESERVE.replace("quota_ledger_reserve(", "quota_ledger_try_reserve(", 1)
 TRY_COMMIT = COMMIT.replace("quota_ledger_commit(", "quota_ledger_try_commit(", 1)
-# A batch's plain reserves of one partition, and its whole commits, as one call each (0012).
+# A batch's reserves of one partition, and its whole commits, as one call each (0012).
 RESERVE_MANY = (
     "SELECT * FROM quota_ledger_reserve_many(%(partition)s, %(version)s, %(ns)s, %(k)s, %(ids)s::text[],"
     " %(keys)s::text[], %(request_hashes)s::text[], %(queues)s::text[], %(groups)s::text[],"
-    " %(ttl_us)s::bigint[], %(priority_classes)s::text[], %(kubes)s::text[], %(item_owners)s::integer[],"
-    " %(item_resources)s::text[], %(item_amounts)s::bigint[])"
+    " %(ttl_us)s::bigint[], %(priority_classes)s::text[], %(kubes)s::text[], %(users)s::text[],"
+    " %(applications)s::text[], %(app_keys)s::text[], %(app_groups)s::text[], %(item_owners)s::integer[],"
+    " %(item_resources)s::text[], %(item_amounts)s::bigint[], %(id_owners)s::integer[], %(id_kinds)s::text[],"
+    " %(id_names)s::text[], %(id_queues)s::text[], %(id_resources)s::text[], %(id_amounts)s::bigint[],"
+    " %(id_limits)s::bigint[], %(quota_owners)s::integer[], %(quota_names)s::text[],"
+    " %(quota_resources)s::text[], %(quota_amounts)s::bigint[])"
 )
 COMMIT_MANY = "SELECT * FROM quota_ledger_commit_many(%(ids)s::text[], %(ops)s::text[], %(guard)s)"
 # whether the functions a batch calls are installed (a schema at 0012 or later)

@@ -10,7 +10,7 @@ savepoint. A request whose step raises a ledger error (:class:`OverQuota`,
 so a batch decides exactly what its requests, run one after another, would have decided.
 
 On PostgreSQL a batch sends its function calls in one pipelined round trip before any other
-step. Requests that can be decided as a set (a :class:`Many`: the plain reserves of one
+step. Requests that can be decided as a set (a :class:`Many`: the reserves of one
 partition, the whole commits) go as one call for all of them (``quota_ledger_reserve_many``,
 ``quota_ledger_commit_many``): one statement per step whatever their number, each counter
 updated once. What such a call declines goes as each request's own guarded call in a second

@@ -379,17 +379,18 @@ def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quic
         created: datetime | None = rows[0][0]
         return None if created is None else request.pending(created)
 
-    # a plain request (no ResourceQuota, user or application) can be reserved with others
-    plain = not charges and identity.app_key is None and not identity.counters
-    many = Many(("reserve", request.partition, known.version), reserve_many) if plain else None
+    # the requests of one partition and configuration version can be reserved together
+    many = Many(("reserve", request.partition, known.version), reserve_many)
     return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish, many)
 
 
 def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
-    """One call of ``ledger_reserve_many`` for plain requests of one partition and configuration
-    version, from the parameters of their own calls (:func:`function_params`); it never aborts
-    the transaction, so needs no ``guard``."""
+    """One call of ``ledger_reserve_many`` for requests of one partition and configuration
+    version, from the parameters of their own calls (:func:`function_params`): each request's
+    items, user/group counters and ResourceQuota charges flattened, each with its request's place
+    (1-based). It never aborts the transaction, so needs no ``guard``."""
     first = calls[0]
+    numbered = list(enumerate(calls, 1))
     return Call(
         pg_functions.RESERVE_MANY,
         {
@@ -405,8 +406,20 @@ def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
             "ttl_us": [c["ttl_us"] for c in calls],
             "priority_classes": [c["priority_class"] for c in calls],
             "kubes": [c["kube"] for c in calls],
-            "item_owners": [n for n, c in enumerate(calls, 1) for _ in c["resources"]],
+            "users": [c["user"] for c in calls],
+            "applications": [c["application"] for c in calls],
+            "app_keys": [c["app_key"] for c in calls],
+            "app_groups": [c["group"] for c in calls],
+            "item_owners": [n for n, c in numbered for _ in c["resources"]],
             "item_resources": [r for c in calls for r in c["resources"]],
             "item_amounts": [a for c in calls for a in c["amounts"]],
+            "id_owners": [n for n, c in numbered for _ in c["id_kinds"]],
+            **{f"id_{f}": [v for c in calls for v in c[f"id_{f}"]] for f in _ID_FIELDS},
+            "quota_owners": [n for n, c in numbered for _ in c["quota_names"]],
+            **{f"quota_{f}": [v for c in calls for v in c[f"quota_{f}"]] for f in _QUOTA_FIELDS},
         },
     )
+
+
+_ID_FIELDS = ("kinds", "names", "queues", "resources", "amounts", "limits")
+_QUOTA_FIELDS = ("names", "resources", "amounts")

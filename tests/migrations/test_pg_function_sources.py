@@ -195,7 +195,7 @@ _RELEASED = {
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
     "reserve.sql": "95b0f62d5927aa9e",
-    "reserve_many.sql": "b5a39d56c766b61b",
+    "reserve_many.sql": "633618efe454d7ec",
     "reserve_v1.sql": "36cb63393885e0c5",
     "try_commit.sql": "bd69858c05afaa00",
     "try_reserve.sql": "47db5b4af1a49d3f",

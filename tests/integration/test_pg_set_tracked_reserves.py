@@ -1,0 +1,444 @@
+"""``quota_ledger_reserve_many`` with tracked requests: users, groups and applications (new and
+running), user/group limits (a user's copy of a wildcard limit made on first use) and
+ResourceQuota charges.
+
+Every test reserves the same requests in two partitions of one configuration: in ``set`` as a
+batch does (one call of the set function, then each request it declined by its own call, in
+order), and in ``one`` by one call of ``quota_ledger_reserve`` each, in order. Both must admit the
+same requests and leave the same rows (application rows, queue, user/group and ResourceQuota
+counters, reservations), and the audit must stay clean.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from quota_ledger import OverQuota, QuotaEngine
+from quota_ledger.driver import pg_functions
+from quota_ledger.driver.dialect import normalize_url
+from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.kube import pods
+from quota_ledger.ledger import reserve
+
+PARTITION = """
+- name: {name}
+  queues:
+  - name: root
+    queues:
+    - name: org
+      maxapplications: 6
+      limits:
+      - users: ["*"]
+        maxresources: {{fpga: 8, memory: 8Gi}}
+        maxapplications: 3
+      - groups: [dev]
+        maxresources: {{fpga: 10}}
+      - groups: ["*"]
+        maxresources: {{memory: 6Gi}}
+      queues:
+      - name: team
+        maxapplications: 6
+        resources: {{max: {{fpga: 20}}}}
+        limits:
+        - users: [ann]
+          maxresources: {{fpga: 3}}
+          maxapplications: 2
+      - name: lab
+        maxapplications: 6
+    - name: kube
+"""
+CONFIG = "partitions:" + "".join(PARTITION.format(name=name) for name in ("set", "one"))
+BOTH = ("set", "one")
+GI = 1 << 30
+
+
+@pytest.fixture
+def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
+    engine = QuotaEngine.from_url(postgres_url)
+    engine.apply_config(CONFIG)
+    for partition in BOTH:
+        for queue in ("root.org.team", "root.org.lab"):  # the queues' counters, both resources named
+            made = engine.reserve(queue, {"fpga": 1, "memory": 1}, partition=partition)
+            engine.rollback(made.id)
+    yield engine
+    engine.close()
+
+
+def rows(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    engine = create_engine(normalize_url(url))
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(text(sql), dict(params or {}))]
+    finally:
+        engine.dispose()
+
+
+def params(engine: QuotaEngine, request: reserve.Request) -> dict[str, Any]:
+    """The parameters of a request's own call, as a batch collects them."""
+    known = engine.driver.run(lambda tx: engine.rules.known(lambda step: step(tx)))
+    charges = reserve.quota_charges(known, request)
+    assert charges is not None
+    return reserve.function_params(known, request, charges, reserve.identity_of(known, request))
+
+
+def tracked(
+    queue: str,
+    resources: dict[str, int],
+    *,
+    user: str | None = None,
+    groups: Sequence[str] = (),
+    application: str | None = None,
+) -> dict[str, Any]:
+    """A request, to be built once per partition."""
+    return {
+        "queue": queue,
+        "resources": resources,
+        "user": user,
+        "groups": groups,
+        "application": application,
+    }
+
+
+def build(engine: QuotaEngine, partition: str, wanted: Mapping[str, Any]) -> dict[str, Any]:
+    if "pod" in wanted:
+        pod = pods.parse_pod(wanted["pod"])
+        request = reserve.build(
+            partition=partition,
+            queue=engine.namespace_queue(pod.namespace, partition=partition),
+            resources=pod.resources,
+            user=pod.user,
+            groups=pod.groups,
+            application=pod.application,
+            ttl=300,
+            default_ttl=300.0,
+            key=f"{partition}-{pod.uid}",
+            kube={"usage": pod.usage, "scopes": pod.scopes.as_dict()},
+            namespace=pod.namespace,
+            missing={"requests": pod.missing_requests, "limits": pod.missing_limits},
+        )
+    else:
+        request = reserve.build(
+            partition=partition,
+            ttl=300,
+            default_ttl=300.0,
+            key=None,
+            kube={"usage": {}, "scopes": {"priorityClass": None}},
+            namespace="none",
+            **wanted,
+        )
+    return params(engine, request)
+
+
+def as_a_batch(engine: QuotaEngine, calls: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Reserve as a batch does: the set call, then each request it declined by its own call.
+    The places (1-based) the set call admitted, and those admitted in all."""
+    made = reserve.reserve_many(calls)
+    answer = engine.driver.call(made.sql, made.params)
+    assert answer is not None, "a set function never declines the whole call"
+    together = sorted(row.idx for row in answer)
+    alone = [
+        n for n, c in enumerate(calls, 1) if n not in together and engine.driver.call(pg_functions.RESERVE, c)
+    ]
+    return together, sorted(together + alone)
+
+
+def one_by_one(engine: QuotaEngine, calls: list[dict[str, Any]]) -> list[int]:
+    return [n for n, c in enumerate(calls, 1) if engine.driver.call(pg_functions.RESERVE, c) is not None]
+
+
+def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
+    """What a reserve writes, without ids, clock readings and request hashes."""
+    p = {"p": partition}
+    apps = rows(
+        url,
+        'SELECT app_key, application, user_name, queue, group_name, state, pending, "usage", area'
+        " FROM quota_applications WHERE partition = :p ORDER BY app_key",
+        p,
+    )
+    return {
+        # usage and area are JSON: compare them parsed (an area's values are the clock's)
+        "apps": [(*row[:7], json.loads(row[7]), sorted(json.loads(row[8]))) for row in apps],
+        "counters": rows(
+            url,
+            "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
+            " WHERE partition = :p ORDER BY 1, 2, 3",
+            p,
+        ),
+        "identity": rows(
+            url,
+            "SELECT kind, name, queue, resource, in_use, reserved, hard_limit FROM quota_identity_usages"
+            " WHERE partition = :p ORDER BY 1, 2, 3, 4",
+            p,
+        ),
+        "reservations": rows(
+            url,
+            'SELECT r.state, r.queue, r.user_name, r."groups", r.application, r.priority_class, r.kube,'
+            " i.resource, i.amount FROM reservations r JOIN reservation_items i ON i.reservation_id = r.id"
+            " WHERE r.partition = :p ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9",
+            p,
+        ),
+    }
+
+
+def same_rows(engine: QuotaEngine, url: URL, wanted: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Reserve ``wanted`` both ways; check both admitted the same and left the same rows; the
+    places the set call admitted, and those admitted in all."""
+    together, admitted = as_a_batch(engine, [build(engine, "set", w) for w in wanted])
+    assert one_by_one(engine, [build(engine, "one", w) for w in wanted]) == admitted
+    assert snapshot(url, "set") == snapshot(url, "one")
+    assert engine.audit() == []
+    return together, admitted
+
+
+def test_new_and_running_applications_new_users_and_groups(ledger: QuotaEngine, postgres_url: URL) -> None:
+    for partition in BOTH:  # a running application of ann's, and one of bob's with a commit
+        kept = ledger.reserve(
+            "root.org.team", {"fpga": 1}, partition=partition, user="ann", groups=["dev"], application="ann-1"
+        )
+        ledger.commit(kept.id)
+        ledger.reserve(
+            "root.org.lab",
+            {"memory": GI},
+            partition=partition,
+            user="bob",
+            groups=["ops"],
+            application="bob-1",
+        )
+    wanted = [
+        tracked("root.org.team", {"fpga": 1}, user="ann", groups=["dev"], application="ann-1"),
+        tracked("root.org.lab", {"fpga": 2, "memory": GI}, user="bob", groups=["ops"], application="bob-2"),
+        tracked("root.org.lab", {"fpga": 1}, user="cid", groups=["dev", "ops"], application="cid-1"),
+        tracked("root.org.lab", {"memory": 2 * GI}, user="bob", groups=["ops"], application="bob-1"),
+        tracked("root.org.lab", {"fpga": 1, "memory": GI}, user="bob", groups=["ops"], application="bob-2"),
+        tracked("root.org.lab", {"fpga": 1}, user="dee", groups=["qa"]),  # no application: a bucket row
+        tracked("root.org.team", {"fpga": 2}),  # plain
+        tracked("root.org.lab", {"memory": GI}, user="cid", groups=["dev", "ops"], application="cid-1"),
+    ]
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == admitted == list(range(1, 9))
+    after = snapshot(postgres_url, "set")
+    apps = {row[0]: row for row in after["apps"]}
+    assert apps["bob-2"][5:8] == ("running", 2, {"fpga": [0, 3], "memory": [0, 2 * GI]})
+    assert apps["bob-1"][6:8] == (2, {"memory": [0, 3 * GI]})
+    identity = {row[:4]: row[4:] for row in after["identity"]}
+    # bob's counters hold bob-1 (1Gi before, 2Gi here) and bob-2, started here
+    assert identity[("user", "bob", "root.org", "memory")] == (0, 5 * GI, 8 * GI)
+    assert identity[("user", "bob", "root.org", "applications")] == (2, 0, 3)
+    assert identity[("user", "cid", "root.org", "applications")] == (1, 0, 3)
+    assert identity[("group", "dev", "root.org", "fpga")][:2] == (1, 2)  # ann-1 (one committed), cid-1
+
+
+def test_a_maxapplications_limit_admits_exactly_so_many_new_applications(
+    ledger: QuotaEngine, postgres_url: URL
+) -> None:
+    for partition in BOTH:  # one of eve's three applications runs already
+        ledger.reserve("root.org.lab", {"fpga": 1}, partition=partition, user="eve", application="eve-0")
+    wanted = [tracked("root.org.lab", {"fpga": 1}, user="eve", application=f"eve-{n}") for n in (1, 2, 3)]
+    # eve-3 is her fourth: over her limit of 3, it ends the prefix; eve-1 again would fit, but
+    # comes after it and is decided by its own call
+    wanted.append(tracked("root.org.lab", {"fpga": 1}, user="eve", application="eve-1"))
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == [1, 2]
+    assert admitted == [1, 2, 4]
+    # root.org's maxapplications of 6 (eve's 3 run): three more users, four new applications
+    wanted = [tracked("root.org.lab", {"fpga": 1}, user=f"u{n}", application=f"u{n}-app") for n in range(4)]
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == admitted == [1, 2, 3]
+    assert ("subtree", "root.org", "applications", 6, 0, 6) in snapshot(postgres_url, "set")["counters"]
+
+
+def test_a_user_limit_is_shared_by_the_requests_of_one_call(ledger: QuotaEngine, postgres_url: URL) -> None:
+    # fay is new: her copy of fpga 8 is made in the call; 2 + 2 + 2 + 2 fill it, the fifth is over
+    wanted = [tracked("root.org.lab", {"fpga": 2}, user="fay", application="fay-1") for _ in range(5)]
+    wanted.append(tracked("root.org.lab", {"fpga": 1}, user="gus", application="gus-1"))
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == [1, 2, 3, 4]
+    assert admitted == [1, 2, 3, 4, 6]
+    # ann's own limit at root.org.team (fpga 3, 2 applications) is below the wildcard's
+    wanted = [tracked("root.org.team", {"fpga": 1}, user="ann", application=f"ann-{n}") for n in range(3)]
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == admitted == [1, 2]
+
+
+def test_a_finished_application_is_set_aside_without_holding_back_the_rest(
+    ledger: QuotaEngine, postgres_url: URL
+) -> None:
+    for partition in BOTH:
+        held = ledger.reserve(
+            "root.org.lab", {"fpga": 1}, partition=partition, user="hal", application="hal-1"
+        )
+        ledger.commit(held.id)
+        ledger.release(
+            "root.org.lab", {"fpga": 1}, partition=partition, user="hal", application="hal-1", finished=True
+        )
+    wanted = [
+        tracked("root.org.lab", {"fpga": 1}, user="ivy", application="ivy-1"),
+        tracked("root.org.lab", {"fpga": 1}, user="hal", application="hal-1"),  # finished: declined
+        tracked("root.org.lab", {"fpga": 1}, user="ivy", application="ivy-1"),
+    ]
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    assert together == admitted == [1, 3]
+
+
+def test_a_second_request_of_a_new_application_waits_for_its_first(
+    ledger: QuotaEngine, postgres_url: URL
+) -> None:
+    # jon's first request names a resource the partition does not know: set aside (the general
+    # path decides it), so is his second, which would otherwise start the application
+    wanted = [
+        tracked("root.org.lab", {"fpga": 1, "vcore": 1}, user="jon", application="jon-1"),
+        tracked("root.org.lab", {"fpga": 1}, user="jon", application="jon-1"),
+        tracked("root.org.lab", {"fpga": 1}, user="kim", application="kim-1"),
+        tracked("root.org.team", {"fpga": 21}),  # over root.org.team: ends the prefix
+        tracked("root.org.lab", {"fpga": 1}, user="zoe", application="zoe-1"),
+    ]
+    calls = [build(ledger, "set", w) for w in wanted]
+    made = reserve.reserve_many(calls)
+    answer = ledger.driver.call(made.sql, made.params)
+    assert answer is not None
+    assert [row.idx for row in answer] == [3]
+    after = snapshot(postgres_url, "set")
+    assert [row[0] for row in after["apps"]] == ["kim-1"]
+    # zoe's application row and copies, made before the counters were locked, are gone again
+    names = {row[1] for row in after["identity"]}
+    assert "kim" in names
+    assert "zoe" not in names
+    assert "jon" not in names
+    assert [row[:5] for row in after["reservations"] if row[0] == "pending"] == [
+        ("pending", "root.org.lab", "kim", None, "kim-1")
+    ]
+    assert ledger.audit() == []
+
+
+def kube_pod(uid: str, *, user: str, application: str, priority: str = "high") -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": uid,
+            "namespace": "kube",
+            "uid": uid,
+            "labels": {"applicationId": application},
+            "annotations": {pods.USER_INFO: json.dumps({"user": user, "groups": ["dev"]})},
+        },
+        "spec": {
+            "priorityClassName": priority,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}],
+        },
+    }
+
+
+def test_resource_quota_charges(ledger: QuotaEngine, postgres_url: URL) -> None:
+    high = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}
+    for partition in BOTH:
+        for name, hard, spec in (
+            ("pods", {"pods": "3", "requests.cpu": "2"}, {"scopeSelector": high}),
+            ("all", {"pods": "10"}, {}),
+        ):
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": name, "namespace": "kube"},
+                "spec": {"hard": hard, **spec},
+            }
+            ledger.apply_resource_quota(manifest, partition=partition)
+        ledger.rollback(
+            ledger.reserve_pod(kube_pod("warm", user="w", application="w-1"), partition=partition).id
+        )
+    wanted: list[dict[str, Any]] = [
+        {"pod": kube_pod(f"p{n}", user=user, application=f"{user}-1", priority=priority)}
+        for n, (user, priority) in enumerate(
+            [
+                ("lee", "high"),
+                ("lee", "low"),
+                ("max", "high"),
+                ("max", "high"),
+                ("lee", "high"),
+                ("max", "low"),
+            ]
+        )
+    ]
+    together, admitted = same_rows(ledger, postgres_url, wanted)
+    # the fourth high pod is over "pods" (3 and the warm one gone): it ends the prefix
+    assert together == [1, 2, 3, 4]
+    assert admitted == [1, 2, 3, 4, 6]
+    identity = {row[:4]: row[4:6] for row in snapshot(postgres_url, "set")["identity"]}
+    assert identity[("quota", "kube/pods", "root.kube", "pods")] == (3, 0)
+    assert identity[("quota", "kube/all", "root.kube", "pods")] == (5, 0)
+
+
+# -- group commit ------------------------------------------------------------------------------
+def test_tracked_reserves_racing_for_a_limit_are_decided_by_the_set_call(
+    postgres_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    real = FastPath.pipelined
+    lock = threading.Lock()
+
+    def spy(fast: FastPath, calls: Sequence[Call]) -> list[list[Any]]:
+        with lock:
+            sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_reserve_many(" in c.sql)
+        return real(fast, calls)
+
+    monkeypatch.setattr(FastPath, "pipelined", spy)
+    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
+    admitted: list[str] = []
+    refused: list[OverQuota] = []
+    unexpected: list[BaseException] = []
+    try:
+        engine.apply_config(CONFIG)
+        engine.rollback(engine.reserve("root.org.lab", {"fpga": 1, "memory": 1}, partition="set").id)
+
+        def caller(n: int) -> None:
+            # every caller starts applications of its own user; root.org runs 6 at most
+            for k in range(3):
+                try:
+                    made = engine.reserve(
+                        "root.org.lab",
+                        {"fpga": 1},
+                        partition="set",
+                        user=f"user-{n}",
+                        groups=["ops"],
+                        application=f"app-{n}-{k}",
+                    )
+                    admitted.append(made.id)
+                except OverQuota as error:
+                    refused.append(error)
+                except Exception as error:  # reported below
+                    unexpected.append(error)
+
+        threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert unexpected == []
+        assert (len(admitted), len(refused)) == (6, 24 - 6)
+        assert all(v.resource == "applications" for error in refused for v in error.violations)
+        assert engine.usage("root.org", partition="set")["applications"].in_use == 6
+        assert max(sizes, default=0) > 1, sizes
+        assert engine.batch_stats.largest > 1
+        assert engine.audit() == []
+    finally:
+        engine.close()
+
+
+def test_a_copy_made_after_a_change_to_what_it_counts_is_set_aside(ledger: QuotaEngine) -> None:
+    # pat's first request changes pat's application rows below root.org but (as these
+    # arguments say) is charged to none of pat's counters; pat's second needs pat's copy at
+    # root.org, which one after another would count the first: it is set aside
+    first = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="pat", application="pat-1"))
+    for field in ("kinds", "names", "queues", "resources", "amounts", "limits"):
+        first[f"id_{field}"] = []
+    second = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="pat", application="pat-2"))
+    third = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="quin", application="quin-1"))
+    made = reserve.reserve_many([first, second, third])
+    answer = ledger.driver.call(made.sql, made.params)
+    assert answer is not None
+    assert [row.idx for row in answer] == [1, 3]
