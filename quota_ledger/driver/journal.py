@@ -4,8 +4,9 @@ to say what the counters must hold."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy import insert as sa_insert
@@ -96,6 +97,12 @@ class JournalStatements:
             for resource, delta in changes.items()
         ]
         self.conn.execute(_INSERT_JOURNAL, rows)
+
+    def append_journal_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append many journal rows (each a ``quota_journal`` row without its id) with one
+        multi-row insert (MariaDB, SQLite)."""
+        if rows:
+            self.conn.execute(_INSERT_JOURNAL, list(rows))
 
     def operation_recorded(self, operation_id: str) -> bool:
         return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None

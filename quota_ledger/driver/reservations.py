@@ -134,6 +134,25 @@ _COMMIT_ALL_ITEMS = (
     update(reservation_items).where(_I.reservation_id == bindparam("rid")).values(committed=_I.amount)
 )
 PG_COMMIT_ALL_ITEMS = "UPDATE reservation_items SET committed = amount WHERE reservation_id = %(rid)s"
+# lock_reservations: locks many reservation header rows in id order (step 3) and reads the clock.
+_LOCK_MANY = (
+    select(*_HEADER, *_ITEM, dialect.utcnow().label("db_now"))
+    .select_from(_JOINED)
+    .where(_R.id.in_(bindparam("ids", expanding=True)))
+    .order_by(_R.id)
+    .with_for_update(of=reservations)
+)
+# commit_reservations: reservation rows this transaction holds, and their items.
+_COMMIT_MANY = (
+    update(reservations)
+    .where(_R.id.in_(bindparam("ids", expanding=True)), _R.state == "pending")
+    .values(state="committed", resolved_at=bindparam("now"))
+)
+_COMMIT_ALL_ITEMS_OF = (
+    update(reservation_items)
+    .where(_I.reservation_id.in_(bindparam("ids", expanding=True)))
+    .values(committed=_I.amount)
+)
 # record_commits for a partial commit: one row per item, of a reservation this transaction holds.
 _SET_COMMITTED = (
     update(reservation_items)
@@ -201,23 +220,7 @@ class ReservationStatements:
     def insert_reservation(
         self, reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None = None
     ) -> None:
-        header = {
-            "id": reservation.id,
-            "partition": reservation.partition,
-            "key": reservation.key,
-            "request_hash": request_hash,
-            "state": reservation.state.value,
-            "queue": reservation.queue,
-            "user_name": reservation.user,
-            "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
-            "application": reservation.application,
-            "priority_class": reservation.priority_class,
-            "created_at": _naive(reservation.created_at),
-            "expires_at": _naive(reservation.expires_at),
-            "resolved_at": None,
-            "kube": None if kube is None else json.dumps(kube, sort_keys=True, separators=(",", ":")),
-            "released_at": None,
-        }
+        header = _header(reservation, request_hash, kube)
         if self.fast is not None:
             self.fast.run(PG_INSERT_HEADER, header)
             if reservation.resources:
@@ -230,13 +233,32 @@ class ReservationStatements:
             return
         self.conn.execute(_INSERT_HEADER, header)
         if reservation.resources:
-            self.conn.execute(
-                _INSERT_ITEMS,
-                [
-                    {"reservation_id": reservation.id, "resource": res, "amount": amount, "committed": None}
-                    for res, amount in reservation.resources.items()
-                ],
-            )
+            self.conn.execute(_INSERT_ITEMS, _items(reservation))
+
+    def insert_reservations(self, new: Sequence[tuple[Reservation, str, Mapping[str, Any] | None]]) -> None:
+        """Insert many new reservations (reservation, request hash, kube) with their items:
+        one multi-row insert of the headers and one of the items (MariaDB, SQLite)."""
+        if not new:
+            return
+        self.conn.execute(_INSERT_HEADER, [_header(r, request_hash, kube) for r, request_hash, kube in new])
+        items = [item for r, _, _ in new for item in _items(r)]
+        if items:
+            self.conn.execute(_INSERT_ITEMS, items)
+
+    def lock_reservations(self, ids: Iterable[str]) -> tuple[list[StoredReservation], datetime | None]:
+        """Lock many reservation rows (MariaDB, SQLite), in id order, and read the clock (None
+        when none was found); ids that are not found are missing from the result."""
+        wanted = sorted(set(ids))
+        rows = self.conn.execute(_LOCK_MANY, {"ids": wanted}).all() if wanted else []
+        return _many(rows), rows[0].db_now if rows else None
+
+    def commit_reservations(self, ids: Sequence[str], now: datetime) -> int:
+        """``pending -> committed`` of reservations this transaction holds, every item committed
+        in full; how many were pending."""
+        params = {"ids": list(ids), "now": now}
+        changed = self.conn.execute(_COMMIT_MANY, params).rowcount
+        self.conn.execute(_COMMIT_ALL_ITEMS_OF, params)
+        return changed
 
     def resolve_reservation(self, reservation_id: str, state: ReservationState, now: datetime) -> bool:
         """``pending -> state`` as a conditional update; False if it was no longer pending."""
@@ -276,6 +298,33 @@ class ReservationStatements:
 
     def mark_released(self, reservation_id: str, now: datetime) -> bool:
         return self.conn.execute(_MARK_RELEASED, {"rid": reservation_id, "now": now}).rowcount == 1
+
+
+def _header(reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {
+        "id": reservation.id,
+        "partition": reservation.partition,
+        "key": reservation.key,
+        "request_hash": request_hash,
+        "state": reservation.state.value,
+        "queue": reservation.queue,
+        "user_name": reservation.user,
+        "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
+        "application": reservation.application,
+        "priority_class": reservation.priority_class,
+        "created_at": _naive(reservation.created_at),
+        "expires_at": _naive(reservation.expires_at),
+        "resolved_at": None,
+        "kube": None if kube is None else json.dumps(kube, sort_keys=True, separators=(",", ":")),
+        "released_at": None,
+    }
+
+
+def _items(reservation: Reservation) -> list[dict[str, Any]]:
+    return [
+        {"reservation_id": reservation.id, "resource": res, "amount": amount, "committed": None}
+        for res, amount in reservation.resources.items()
+    ]
 
 
 def _many(rows: Sequence[Any]) -> list[StoredReservation]:

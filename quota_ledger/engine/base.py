@@ -62,7 +62,9 @@ class EngineBase:
         if self.group_commit is None:
             value = request.alone() if request.alone is not None else self.driver.run(request.step)
         else:
-            value = self.group_commit.run(request.step, request.order, request.fast, request.alone)
+            value = self.group_commit.run(
+                request.step, request.order, request.fast, request.alone, request.together
+            )
         return value if operation.finish is None else operation.finish(value)
 
     def decide_all(self, operations: Sequence[Operation[T]]) -> list[T | Exception]:
@@ -88,6 +90,11 @@ class EngineBase:
     def _functions(self) -> bool:
         """Whether a batch may decide requests by function calls (PostgreSQL, with batching)."""
         return self.group_commit is not None and self.group_commit.functions
+
+    @property
+    def _sets(self) -> bool:
+        """Whether a batch may decide requests as sets in Python (batching off PostgreSQL)."""
+        return self.group_commit is not None and self.driver.backend != "postgresql"
 
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:

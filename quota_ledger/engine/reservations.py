@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
-from quota_ledger.ledger import group_commit, release, reserve, resolve
+from quota_ledger.ledger import group_commit, release, reserve, reserve_set, resolve, resolve_set
 from quota_ledger.ledger.reserve import Request as ReserveRequest
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest, ReservationNotFound
@@ -208,7 +208,10 @@ class Reservations(EngineBase):
         if amounts is None and self._functions:
             fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
         alone = partial(self._commit_alone, reservation_id, amounts, operation_id)
-        request = group_commit.Request(step, fast=fast, alone=alone)
+        together = None
+        if amounts is None and self._sets:
+            together = resolve_set.together(reservation_id, operation_id)
+        request = group_commit.Request(step, fast=fast, alone=alone, together=together)
         return Operation(request, resolve.raise_expired)
 
     def rollback(self, reservation_id: str) -> Reservation:
@@ -295,7 +298,9 @@ class Reservations(EngineBase):
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
         alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
-        return Operation(group_commit.Request(step, (request.partition, request.queue), fast, alone))
+        together = reserve_set.together(self.rules, request) if self._sets else None
+        order = (request.partition, request.queue)
+        return Operation(group_commit.Request(step, order, fast, alone, together))
 
     def _commit_alone(
         self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str

@@ -20,6 +20,12 @@ transaction, which then runs again with every such call guarded (``quota_ledger_
 exception block, so a decline undoes only that call), as do the next batches: a guard is a
 subtransaction, which costs about a third more server time a call.
 
+On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the plain
+keyless reserves of one partition, the whole commits) are decided by one Python function for
+all of them, with a few statements whatever their number, inside one savepoint, before any
+step. What it leaves out, its request's step decides; a ledger error or a database error it
+raises undoes the set (back to its savepoint), and every step of it decides its own.
+
 Every caller learns its outcome only after the batch's transaction has committed. The driver
 retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
 is written to be run again; ``tx.attempt`` tells it a first attempt may have committed). Any
@@ -48,7 +54,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import exc
 
-from quota_ledger.driver import pg_functions
+from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.driver.tx import LedgerTx
@@ -105,6 +111,19 @@ class Quick(Generic[T]):
     many: Many | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Together(Generic[T]):
+    """How a request like this one is decided with others off PostgreSQL: those of a batch with
+    equal ``group`` (two or more) go as one ``decide`` of their ``member`` values, in batch
+    order, inside a savepoint of their own. ``decide`` returns the outcome of each member it
+    decided, by its place in the list (0-based); each other member's step decides it after.
+    It decides exactly as the steps of the members it decided would, run one after another."""
+
+    group: tuple[Any, ...]
+    member: Any
+    decide: Callable[[LedgerTx, list[Any]], Mapping[int, T]]
+
+
 class _Declined(Exception):
     """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
 
@@ -123,6 +142,8 @@ class Request(Generic[T]):
     #: how it is decided when it is alone in its batch (default: ``step`` in a transaction of
     #: its own)
     alone: Callable[[], T] | None = None
+    #: how it is decided with others like it on MariaDB and SQLite, if it can be (None: no)
+    together: Together[T] | None = None
 
 
 class _Caller:
@@ -144,6 +165,8 @@ class _Job:
     fast: Callable[[LedgerTx], Quick[Any] | None] | None
     #: how the request is decided alone (default: ``step`` in a transaction of its own)
     alone: Callable[[], Any] | None
+    #: the set it may be decided with (MariaDB, SQLite)
+    together: Together[Any] | None
     #: the thread waiting for it (only the leader decides jobs, so only it counts them down)
     caller: _Caller
     done: bool = False
@@ -215,6 +238,7 @@ class GroupCommit:
         order: Sequence[str] = (),
         fast: Callable[[LedgerTx], Quick[T] | None] | None = None,
         alone: Callable[[], T] | None = None,
+        together: Together[T] | None = None,
     ) -> T:
         """Decide ``step`` in the next batch; its value once that batch has committed, or its
         error. ``order``: where it goes in its batch (requests on one queue side by side).
@@ -222,12 +246,14 @@ class GroupCommit:
         a batch sends all of its calls in one round trip before it runs any step. ``alone``
         decides the request when it is the only one queued (default: ``step`` in a
         transaction of its own): exactly as without batching, at no cost of its own.
+        ``together``, when given, says how it may be decided with others like it (MariaDB,
+        SQLite).
 
         The caller that finds no batch under way leads: it decides what is queued, its own
         request with it, batch after batch until its own is decided, then hands the lead to
         the caller of the oldest request still queued. The others wait for their outcome (or
         the lead)."""
-        (job,) = self._submit([Request(step, tuple(order), fast, alone)])
+        (job,) = self._submit([Request(step, tuple(order), fast, alone, together)])
         if job.error is not None:
             raise job.error
         result: T = job.value
@@ -252,7 +278,7 @@ class GroupCommit:
         """Queue the requests; return their jobs once all are decided, leading when no one
         does (or when handed the lead)."""
         caller = _Caller(len(requests))
-        jobs = [_Job(r.step, tuple(r.order), r.fast, r.alone, caller) for r in requests]
+        jobs = [_Job(r.step, tuple(r.order), r.fast, r.alone, r.together, caller) for r in requests]
         if not jobs:
             return jobs
         with self._lock:
@@ -362,8 +388,9 @@ class GroupCommit:
 def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
     """The batch's transaction: the function calls of the jobs that have one, in order and in
     one round trip (and the own guarded calls of those a call for many declined, in a second);
-    then, in order, the step of every other job and of every job whose call
-    declined, each in its own savepoint. That is the order the batch decides them in.
+    off PostgreSQL the sets of jobs decided together; then, in order, the step of every other
+    job and of every job whose call or set left it out, each in its own savepoint. That is the
+    order the batch decides them in.
     ``plain``: calls that abort the transaction when they decline (:class:`_Declined`)."""
     decided: dict[int, Any] = {}
     planned: list[tuple[int, Quick[Any]]] = []
@@ -381,6 +408,8 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
         aside = _call(tx.fast, _sends(planned, plain=plain), decided, plain=plain)
         if aside:
             _call(tx.fast, [(quick.call, [(i, quick)], False) for i, quick in aside], decided, plain=False)
+    if tx.fast is None:
+        _together(tx, jobs, decided)
     outcomes: list[Any] = []
     for i, job in enumerate(jobs):
         if i in decided:
@@ -398,6 +427,37 @@ def _decide(tx: LedgerTx, jobs: Sequence[_Job], *, plain: bool) -> list[Any]:
             savepoint.commit()
             outcomes.append(value)
     return outcomes
+
+
+def _together(tx: LedgerTx, jobs: Sequence[_Job], decided: dict[int, Any]) -> None:
+    """Decide each set of two or more jobs with equal :attr:`Together.group` by one call of its
+    ``decide`` (sets in the order of their first job), each in a savepoint of its own, and put
+    what it decided in ``decided``. A set that raises a ledger error or a database error the
+    database meant (not a conflict or a lost connection: those fail the attempt, which the
+    driver runs again) is rolled back to its savepoint: its jobs' steps decide them."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job.together is not None and i not in decided:
+            groups.setdefault(job.together.group, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        sets = [each for i in members if (each := jobs[i].together) is not None]
+        savepoint = tx.conn.begin_nested()
+        try:
+            values = sets[0].decide(tx, [each.member for each in sets])
+        except QuotaLedgerError:
+            savepoint.rollback()
+            continue
+        except exc.DBAPIError as error:
+            if dialect.classify(error) != dialect.FATAL:
+                raise
+            log.warning("a set of %d failed (%s): deciding its requests one by one", len(members), error)
+            savepoint.rollback()
+            continue
+        savepoint.commit()
+        for n, value in values.items():
+            decided[members[n]] = value
 
 
 Planned = list[tuple[int, Quick[Any]]]

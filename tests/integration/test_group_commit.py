@@ -332,7 +332,7 @@ def test_decide_all_gives_each_operation_the_outcome_it_has_alone(db_url: URL, b
                 engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),
                 engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),  # the same request again
                 engine.prepare_reserve("root.a", {"fpga": 3}, key="k"),  # the key, another request
-                engine.prepare_reserve("root.a", {"fpga": 2}),  # over the limit
+                engine.prepare_reserve("root.a", {"fpga": 5}),  # over the limit, whatever went before
                 engine.prepare_reserve("root.a", {"fpga": 1}),
                 engine.prepare_commit(ZERO_ID),
                 engine.prepare_commit(earlier.id),
