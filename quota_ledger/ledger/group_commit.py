@@ -23,8 +23,9 @@ subtransaction, which costs about a third more server time a call.
 On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the plain
 keyless reserves of one partition, the whole commits) are decided by one Python function for
 all of them, with a few statements whatever their number, inside one savepoint, before any
-step. What it leaves out, its request's step decides; a ledger error or a database error it
-raises undoes the set (back to its savepoint), and every step of it decides its own.
+step. What it leaves out, its request's step decides. A ledger error, or a database error that
+is not a conflict or a lost connection, undoes the set (back to its savepoint) and leaves every
+request of it to its step.
 
 Every caller learns its outcome only after the batch's transaction has committed. The driver
 retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
