@@ -31,7 +31,7 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.group_commit import Many, Quick
+from quota_ledger.ledger.batch_decision import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking, validation
 from quota_ledger.model import limits as limit_rules

@@ -29,7 +29,7 @@ from typing import Any
 
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.group_commit import Together
+from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.reserve import Request
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import limits as limit_rules

@@ -27,7 +27,7 @@ from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.group_commit import Many, Quick
+from quota_ledger.ledger.batch_decision import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking
 from quota_ledger.model import limits as limit_rules

@@ -25,7 +25,7 @@ from typing import Any
 
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
-from quota_ledger.ledger.group_commit import Together
+from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import limits as limit_rules
 from quota_ledger.model import queues
