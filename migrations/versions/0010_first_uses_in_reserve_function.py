@@ -36,7 +36,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(f"DROP FUNCTION IF EXISTS {_BEFORE}")
-    op.execute(sql.definition("reserve"))
+    op.execute(sql.definition("reserve_v2"))  # the function of revision 0010
 
 
 def downgrade() -> None:

@@ -157,12 +157,15 @@ def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> N
 
 @pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
 def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> None:
-    assert body(sql.definition("reserve_v1")) != body(sql.definition("reserve"))
+    assert len({body(sql.definition(name)) for name in ("reserve_v1", "reserve_v2", "reserve")}) == 3
     engine = create_engine(normalize_url(empty_db))
     try:
         migrate.upgrade(engine, "0008")
         with engine.connect() as conn:
             assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
+        migrate.upgrade(engine, "0012")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v2"))
         migrate.upgrade(engine, "head")
         with engine.connect() as conn:
             assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve"))
@@ -170,6 +173,9 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
             ledger.set_limits("root", {"fpga": 10})
             ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")  # in the function
             assert ledger.driver.functions
+        migrate.downgrade(engine, "0012")
+        with engine.connect() as conn:
+            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v2"))
         migrate.downgrade(engine, "0008")
         with engine.connect() as conn:
             assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
@@ -194,7 +200,8 @@ _RELEASED = {
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve.sql": "95b0f62d5927aa9e",
+    "reserve.sql": "c9a49cb0832ef62a",
+    "reserve_v2.sql": "95b0f62d5927aa9e",
     "reserve_many.sql": "633618efe454d7ec",
     "reserve_v1.sql": "36cb63393885e0c5",
     "try_commit.sql": "bd69858c05afaa00",

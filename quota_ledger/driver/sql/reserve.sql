@@ -127,10 +127,13 @@ BEGIN
     INTO v_m_kinds, v_m_names, v_m_queues, v_m_resources, v_m_amounts, v_m_limits
     FROM unnest(p_id_kinds, p_id_names, p_id_queues, p_id_resources, p_id_amounts, p_id_limits)
          AS t(kind, name, queue, resource, amount, lim)
+    -- (OFFSET 0: a lookup by the whole key for each, never an anti-join with every counter of
+    -- the partition, which a plan made for a short array would pick)
     WHERE (t.resource <> 'applications' OR v_started) AND NOT EXISTS (
         SELECT 1 FROM quota_identity_usages u
         WHERE u."partition" = p_partition AND u.kind = t.kind AND u.name = t.name AND u.queue = t.queue
-          AND u.resource = t.resource);
+          AND u.resource = t.resource
+        OFFSET 0);
     IF v_m_kinds IS NOT NULL THEN
         PERFORM 1 FROM quota_applications a
         WHERE a."partition" = p_partition
@@ -147,7 +150,8 @@ BEGIN
         WHERE NOT EXISTS (
             SELECT 1 FROM quota_usages u
             WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queue
-              AND u.resource = t.resource)) THEN
+              AND u.resource = t.resource
+            OFFSET 0)) THEN
         -- a resource the partition names nowhere yet is left to the general path, which
         -- checks the partition's bound on distinct resource names
         IF EXISTS (
