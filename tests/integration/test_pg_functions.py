@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sql_rows import rows
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
@@ -59,15 +60,6 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     return Calls(monkeypatch)
-
-
-def rows(url: URL, sql: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:

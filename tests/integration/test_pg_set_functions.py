@@ -14,11 +14,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import create_engine, text
+from sql_rows import execute, rows
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
-from quota_ledger.driver.dialect import normalize_url
 from quota_ledger.driver.pg_fast import Call
 from quota_ledger.ledger import reserve, resolve
 
@@ -41,24 +40,6 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
         engine.rollback(engine.reserve(queue, resources).id)  # creates the queue's counters
     yield engine
     engine.close()
-
-
-def rows(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text(sql), dict(params or {}))]
-    finally:
-        engine.dispose()
-
-
-def execute(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> None:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(sql), dict(params or {}))
-    finally:
-        engine.dispose()
 
 
 def plain(

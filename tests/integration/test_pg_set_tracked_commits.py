@@ -19,12 +19,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sql_rows import execute, rows
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.dialect import normalize_url
 from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.ledger import resolve
 from quota_ledger.model.values import Reservation
@@ -54,24 +53,6 @@ partitions:
 PARTITIONS = ("default", "twin")
 # the same queues, with room for every request of the engine-level test
 ROOMY = CONFIG.format(name="default").replace("40", "1000").replace("60", "1000").replace("30", "1000")
-
-
-def rows(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text(sql), dict(params or {}))]
-    finally:
-        engine.dispose()
-
-
-def execute(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> None:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(sql), dict(params or {}))
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture

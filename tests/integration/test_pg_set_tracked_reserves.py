@@ -17,12 +17,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sql_rows import rows
 from sqlalchemy.engine import URL
 
 from quota_ledger import OverQuota, QuotaEngine
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.dialect import normalize_url
 from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.kube import pods
 from quota_ledger.ledger import reserve
@@ -69,15 +68,6 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
             engine.rollback(made.id)
     yield engine
     engine.close()
-
-
-def rows(url: URL, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    engine = create_engine(normalize_url(url))
-    try:
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text(sql), dict(params or {}))]
-    finally:
-        engine.dispose()
 
 
 def params(engine: QuotaEngine, request: reserve.Request) -> dict[str, Any]:
