@@ -229,6 +229,24 @@ def test_a_first_use_of_a_queue_gets_its_counters_in_the_call(ledger: QuotaEngin
     assert ledger.audit() == []
 
 
+def test_a_refused_first_use_of_a_queue_leaves_no_counter(ledger: QuotaEngine, postgres_url: URL) -> None:
+    # root.p allows 5: the first use of root.p.z (6) ends the prefix, and so does its counter
+    calls = [plain(ledger, "root.p.x", {"fpga": 1}), plain(ledger, "root.p.z", {"fpga": 6})]
+    before = counters(postgres_url)
+    answer = call(ledger, reserve_many(calls))
+    assert [row.idx for row in answer] == [1]
+    after = counters(postgres_url)
+    assert after.keys() == before.keys()  # root.p.z's counter made in the call is gone again
+    assert moved(before, after) == {
+        ("queue", "root.p.x", "fpga"): (0, 1),
+        ("subtree", "root.p.x", "fpga"): (0, 1),
+        ("subtree", "root.p", "fpga"): (0, 1),
+        ("subtree", "root", "fpga"): (0, 1),
+    }
+    assert set(stored(postgres_url, [c["id"] for c in calls])) == {calls[0]["id"]}
+    assert ledger.audit() == []
+
+
 def test_a_resource_new_to_the_partition_is_set_aside_without_holding_back_the_rest(
     ledger: QuotaEngine, postgres_url: URL
 ) -> None:

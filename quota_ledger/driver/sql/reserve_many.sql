@@ -54,6 +54,10 @@ DECLARE
     c_resource text[];
     c_lim bigint[];
     c_tid tid[];
+    -- the queue counters this call made: (address, queue, resource)
+    q_tid tid[];
+    q_scope text[];
+    q_resource text[];
     v_first_over integer;
     v_admitted integer[];
     v_tids tid[];
@@ -265,13 +269,19 @@ BEGIN
               AND u.resource = i.resource
             OFFSET 0)) THEN
         INSERT INTO quota_partitions (name, created_at) VALUES (p_partition, v_now) ON CONFLICT DO NOTHING;
-        INSERT INTO quota_usages ("partition", scope_type, scope, resource, in_use, reserved, hard_limit, updated_at)
-        SELECT p_partition, 'queue', m.queue, m.resource, 0, 0, NULL, v_now
-        FROM (SELECT DISTINCT p_queues[i.owner] AS queue, i.resource
-              FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
-              WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (v_aside)) AS m
-        ORDER BY m.queue COLLATE "C", m.resource COLLATE "C"
-        ON CONFLICT DO NOTHING;
+        WITH made AS (
+            INSERT INTO quota_usages ("partition", scope_type, scope, resource, in_use, reserved, hard_limit,
+                                      updated_at)
+            SELECT p_partition, 'queue', m.queue, m.resource, 0, 0, NULL, v_now
+            FROM (SELECT DISTINCT p_queues[i.owner] AS queue, i.resource
+                  FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+                  WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (v_aside)) AS m
+            ORDER BY m.queue COLLATE "C", m.resource COLLATE "C"
+            ON CONFLICT DO NOTHING
+            RETURNING ctid, scope, resource)
+        SELECT array_agg(made.ctid), array_agg(made.scope), array_agg(made.resource)
+        INTO q_tid, q_scope, q_resource
+        FROM made;
     END IF;
     -- What each request charges (a request that starts an application adds 'applications' to
     -- its lineage and its user/group counters).
@@ -382,6 +392,17 @@ BEGIN
                      AS w(idx, kind, k1, k2, k3, resource)
                 WHERE w.kind = 2 AND w.k1 = c.kind AND w.k2 = c.name AND w.k3 = c.queue AND w.resource = c.resource
                   AND w.idx = ANY (v_admitted))));
+    END IF;
+    IF q_tid IS NOT NULL THEN
+        -- and the queue counters this call made that no admitted request is charged to (a
+        -- refused first use leaves nothing behind)
+        DELETE FROM quota_usages u
+        WHERE u.ctid = ANY (ARRAY(
+            SELECT q.tid FROM unnest(q_tid, q_scope, q_resource) AS q(tid, scope, resource)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM unnest(v_admitted) AS n
+                JOIN unnest(p_item_owners, p_item_resources) AS i(owner, resource) ON i.owner = n
+                WHERE p_queues[n] = q.scope AND i.resource = q.resource)));
     END IF;
     IF cardinality(v_admitted) = 0 THEN
         RETURN;
