@@ -83,20 +83,18 @@ class JournalStatements:
             }
             self.fast.run(PG_INSERT_JOURNAL, params)
             return
-        rows = [
-            {
-                "partition": partition,
-                "queue": queue,
-                "resource": resource,
-                "delta": delta,
-                "kind": kind,
-                "reservation_id": reservation_id,
-                "operation_id": operation_id,
-                "created_at": now,
-            }
-            for resource, delta in changes.items()
-        ]
-        self.conn.execute(_INSERT_JOURNAL, rows)
+        self.conn.execute(
+            _INSERT_JOURNAL,
+            journal_rows(
+                partition,
+                queue,
+                changes,
+                kind=kind,
+                operation_id=operation_id,
+                reservation_id=reservation_id,
+                now=now,
+            ),
+        )
 
     def append_journal_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append many journal rows (each a ``quota_journal`` row without its id) with one
@@ -121,3 +119,31 @@ class JournalStatements:
         """SUM(amount) of pending reservations per (queue, resource): what reserved must be."""
         rows = self.conn.execute(_PENDING_SUMS, {"p": partition})
         return {(row.queue, row.resource): int(row.total) for row in rows}
+
+
+def journal_rows(
+    partition: str,
+    queue: str,
+    deltas: Mapping[str, int],
+    *,
+    kind: str,
+    operation_id: str,
+    reservation_id: str | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The ``quota_journal`` rows (without their ids) of one change of a queue's ``in_use``:
+    one per resource whose delta is not zero."""
+    return [
+        {
+            "partition": partition,
+            "queue": queue,
+            "resource": resource,
+            "delta": delta,
+            "kind": kind,
+            "reservation_id": reservation_id,
+            "operation_id": operation_id,
+            "created_at": now,
+        }
+        for resource, delta in deltas.items()
+        if delta != 0
+    ]

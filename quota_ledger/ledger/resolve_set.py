@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from quota_ledger.driver.journal import journal_rows
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
 from quota_ledger.ledger.batch_decision import Together
@@ -84,7 +85,15 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
             amount = reservation.resources[counter.resource]
             deltas[counter.id] = (d_in_use + amount, d_reserved - amount)
         n = chosen[reservation.id]
-        journal += _journal_rows(reservation, commits[n][1], now)
+        journal += journal_rows(
+            reservation.partition,
+            reservation.queue,
+            reservation.resources,
+            kind="commit",
+            operation_id=commits[n][1],
+            reservation_id=reservation.id,
+            now=now,
+        )
         committed = replace(
             reservation,
             state=ReservationState.COMMITTED,
@@ -122,22 +131,4 @@ def _after(counters: list[Counter], deltas: Mapping[int, tuple[int, int]]) -> li
         if c.id in deltas
         else c
         for c in counters
-    ]
-
-
-def _journal_rows(reservation: Reservation, operation_id: str, now: datetime) -> list[dict[str, Any]]:
-    """The journal rows of a whole commit, as :meth:`LedgerTx.append_journal` writes them."""
-    return [
-        {
-            "partition": reservation.partition,
-            "queue": reservation.queue,
-            "resource": resource,
-            "delta": amount,
-            "kind": "commit",
-            "reservation_id": reservation.id,
-            "operation_id": operation_id,
-            "created_at": now,
-        }
-        for resource, amount in reservation.resources.items()
-        if amount
     ]
