@@ -31,11 +31,11 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.reserve import Request
+from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import limits as limit_rules
 from quota_ledger.model import queues
 from quota_ledger.model.errors import CounterOverflow, QuotaLedgerError
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.values import Reservation
 
 
@@ -82,12 +82,17 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
         return {}
     scopes = {scope for _, r in candidates for scope in queues.lineage(r.queue)}
     resources = {resource for _, r in candidates for resource in r.resources}
-    limits = {(c.scope, c.resource): c for c in tx.lock_subtree_counters(partition, scopes, resources)}
+    limits = by_key(tx.lock_subtree_counters(partition, scopes, resources))
     added: dict[int, int] = {}  # counter id -> reserved by the requests admitted so far
     admitted: dict[int, Reservation] = {}
     new: list[tuple[Reservation, str, Mapping[str, Any] | None]] = []
     for n, request in candidates:
-        counters = _charged(request, own, limits, added)
+        reservation = request.pending(now)
+        # its queue's own counters and the limits on its lineage, after the requests before it
+        counters = [
+            replace(c, reserved=c.reserved + added[c.id]) if c.id in added else c
+            for c in counters_of(reservation, own, limits)
+        ]
         if limit_rules.violations(partition, request.resources, counters):
             break
         try:
@@ -96,23 +101,8 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
             break
         for counter in counters:
             added[counter.id] = added.get(counter.id, 0) + request.resources[counter.resource]
-        reservation = request.pending(now)
         admitted[n] = reservation
         new.append((reservation, request.request_hash, request.kube))
     tx.insert_reservations(new)
     tx.apply_counter_deltas({cid: (0, amount) for cid, amount in added.items()}, now)
     return admitted
-
-
-def _charged(
-    request: Request,
-    own: Mapping[tuple[str, str], Counter],
-    limits: Mapping[tuple[str, str], Counter],
-    added: Mapping[int, int],
-) -> list[Counter]:
-    """The counters ``request`` is charged to, as they stand after the requests admitted
-    before it: its queue's own counters and the limits on its lineage."""
-    chain = queues.lineage(request.queue)
-    found = [own[(request.queue, resource)] for resource in request.resources]
-    found += [c for scope in chain for resource in request.resources if (c := limits.get((scope, resource)))]
-    return [replace(c, reserved=c.reserved + added[c.id]) if c.id in added else c for c in found]
