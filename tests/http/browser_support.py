@@ -10,8 +10,10 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -43,6 +45,7 @@ class Browser:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=sink,
+                start_new_session=True,  # its helper processes in one group, stopped together
             )
         deadline = time.monotonic() + 60
         listening = re.compile(r"DevTools listening on (ws://\S+)")
@@ -116,10 +119,27 @@ class Browser:
         try:
             self._closing.close()
         finally:
-            self._process.terminate()
+            # Chromium's helper processes (renderer, crash handler) outlive the browser process
+            # for a moment and write into the profile: stop the whole group, then wait until no
+            # process of it is left before removing the profile.
+            group = self._process.pid
+            self._signal(group, signal.SIGTERM)
             try:
                 self._process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._process.kill()
+                self._signal(group, signal.SIGKILL)
                 self._process.wait()
+            deadline = time.monotonic() + 10
+            while self._signal(group, 0) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self._signal(group, signal.SIGKILL)
             self._home.cleanup()
+
+    @staticmethod
+    def _signal(group: int, number: int) -> bool:
+        """Send ``number`` to the process group; whether any process of it was left."""
+        try:
+            os.killpg(group, number)
+        except ProcessLookupError:
+            return False
+        return True
