@@ -1,24 +1,29 @@
-"""Commit as a set: a batch's whole commits of plain reservations decided together.
+"""Commit as a set: a batch's whole commits decided together.
 
 On MariaDB and SQLite group commit would run each commit's general path (:func:`.resolve.
 commit_general`) in a savepoint of its own, statement after statement. The whole commits of a
 batch are decided here instead with a few statements for all of them, leaving exactly the rows
-the general path leaves committing them one after another: the reservation rows are locked in
-id order (with their items, and the database clock), each pending one in time, untracked (no
-user or application row to move) and with items is committed, the first time its id appears;
-their states, items and journal rows are written with one statement each, and each counter
-(the queues' own, then the subtree counters of their lineages, each partition in key order) is
-locked and updated once with the sum.
+the general path leaves committing them one after another, in batch order, at the instant the
+set reads from the database clock: the reservation rows are locked in id order (with their
+items, and the clock), and each pending one in time with items is committed, the first time
+its id appears. The tracked ones (a user or an application) have their application rows locked
+with one statement a partition, each moved in memory as its reservations' steps would move it
+(its in-use area integrated up to now, then each reservation's usage moved from reserved to in
+use: a commit never stops an application) and written once. The states, items and journal rows
+are written with one statement each, and each counter (the queues' own, then the subtree
+counters of their lineages, then the user and group counters the application rows name, each
+partition in key order) is locked and updated once with the sum.
 
 Left to each one's own step, which says what it is: an unknown id, a repeat of an id, one
 that is not pending (a committed one is returned as it is, another raises), one past its
-expiry (expired on the spot), a tracked one, one that would push a counter past the bigint
-range.
+expiry (expired on the spot), a tracked one without its application row, one that would push
+a counter past the bigint range (checked against the counters as the set's earlier commits
+leave them, before its application row is moved).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,13 +34,16 @@ from quota_ledger.ledger import applications
 from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import limits as limit_rules
-from quota_ledger.model import queues
+from quota_ledger.model import queues, tracking
 from quota_ledger.model.errors import CounterOverflow, ReservationStateError
 from quota_ledger.model.limits import Counter
+from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation, ReservationState
 
 #: what :func:`.resolve.commit_general` returns: the reservation, and whether it expired instead
 Outcome = tuple[Reservation, bool]
+#: an application row by (partition, app_key)
+AppKey = tuple[str, str]
 
 
 def together(reservation_id: str, operation_id: str) -> Together[Outcome]:
@@ -53,12 +61,13 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
     chosen: dict[str, int] = {}
     for n, (rid, _) in enumerate(commits):
         reservation = found.get(rid)
-        if rid in chosen or reservation is None or not _plain_pending(reservation, now):
+        if rid in chosen or reservation is None or not _pending(reservation, now):
             continue
         chosen[rid] = n
-    if not chosen:
+    apps = _lock_apps(tx, [found[rid] for rid in chosen])
+    mine = [r for rid in chosen if not _tracked(r := found[rid]) or _app_key(r) in apps]
+    if not mine:
         return {}
-    mine = [found[rid] for rid in chosen]
     partitions = sorted({r.partition for r in mine})
     own = {p: tx.lock_queue_counters(p, _pairs(mine, p)) for p in partitions}
     limits = {
@@ -71,19 +80,29 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
         )
         for p in partitions
     }
+    identity = {p: _lock_identity(tx, apps, [r for r in mine if r.partition == p]) for p in partitions}
     deltas: dict[int, tuple[int, int]] = {}  # counter id -> (d_in_use, d_reserved) so far
+    identity_deltas: dict[int, tuple[int, int]] = {}  # the same, of user/group counters
+    moved: dict[AppKey, AppState] = {}
     outcomes: dict[int, Outcome] = {}
     journal: list[dict[str, Any]] = []
     for reservation in mine:
         counters = counters_of(reservation, own[reservation.partition], limits[reservation.partition])
+        app = apps.get(_app_key(reservation)) if _tracked(reservation) else None
+        scoped = [] if app is None else _charged(app, reservation, identity[reservation.partition])
         try:
-            limit_rules.check_overflow(reservation.resources, _after(counters, deltas), field="in_use")
+            limit_rules.check_overflow(
+                reservation.resources,
+                [*_after(counters, deltas), *_after(scoped, identity_deltas)],
+                field="in_use",
+            )
         except CounterOverflow:
-            continue  # its step raises it
-        for counter in counters:
-            d_in_use, d_reserved = deltas.get(counter.id, (0, 0))
-            amount = reservation.resources[counter.resource]
-            deltas[counter.id] = (d_in_use + amount, d_reserved - amount)
+            continue  # its step raises it; its application row is not moved
+        _charge(deltas, counters, reservation.resources)
+        _charge(identity_deltas, scoped, reservation.resources)
+        if app is not None:
+            tracking.resolve(app, reservation.resources, reservation.resources, now)
+            moved[_app_key(reservation)] = app
         n = chosen[reservation.id]
         journal += journal_rows(
             reservation.partition,
@@ -107,21 +126,68 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
     if tx.commit_reservations(ids, now) != len(ids):
         raise ReservationStateError(ids[0], ReservationState.PENDING, "commit")  # undone: steps decide
     tx.append_journal_rows(journal)
+    for key in sorted(moved):
+        tx.update_app(moved[key])
     tx.apply_counter_deltas(deltas, now)
+    tx.apply_identity_deltas(identity_deltas, now)
     return outcomes
+
+
+def _pending(reservation: Reservation, now: datetime) -> bool:
+    return (
+        reservation.state is ReservationState.PENDING
+        and now.replace(tzinfo=UTC) < reservation.expires_at
+        and bool(reservation.resources)
+    )
+
+
+def _tracked(reservation: Reservation) -> bool:
+    return applications.tracked(reservation.user, reservation.application)
+
+
+def _app_key(reservation: Reservation) -> AppKey:
+    return reservation.partition, applications.key_of(reservation)
+
+
+def _lock_apps(tx: LedgerTx, reservations: Sequence[Reservation]) -> dict[AppKey, AppState]:
+    """Lock the application rows of the tracked ones among ``reservations``, one statement a
+    partition in key order; those found, by (partition, app_key)."""
+    keys = sorted({_app_key(r) for r in reservations if _tracked(r)})
+    apps: dict[AppKey, AppState] = {}
+    for partition in sorted({p for p, _ in keys}):
+        found = tx.lock_apps(partition, [key for p, key in keys if p == partition])
+        apps.update({(partition, key): app for key, app in found.items()})
+    return apps
+
+
+def _lock_identity(
+    tx: LedgerTx, apps: Mapping[AppKey, AppState], reservations: Sequence[Reservation]
+) -> list[Counter]:
+    """Lock the user/group counters that charge the applications of the tracked ones among
+    ``reservations`` (of one partition), for their resources, with one statement."""
+    tracked = [r for r in reservations if _tracked(r)]
+    mine = {key: apps[key] for r in tracked if (key := _app_key(r)) in apps}
+    resources = {res for r in tracked for res in r.resources}
+    return applications.lock_of(tx, [mine[key] for key in sorted(mine)], resources)
+
+
+def _charged(app: AppState, reservation: Reservation, counters: Iterable[Counter]) -> list[Counter]:
+    """The user/group counters a tracked reservation's commit moves: its application's, for
+    the reservation's resources (the lock took those of the whole set)."""
+    return [c for c in applications.charges(app, counters) if c.resource in reservation.resources]
+
+
+def _charge(
+    deltas: dict[int, tuple[int, int]], counters: Iterable[Counter], amounts: Mapping[str, int]
+) -> None:
+    """Move ``amounts`` from reserved to in use on ``counters``, in ``deltas``."""
+    for counter in counters:
+        amount = amounts[counter.resource]
+        applications.add_delta(deltas, counter, amount, -amount)
 
 
 def _pairs(reservations: Sequence[Reservation], partition: str) -> set[tuple[str, str]]:
     return {(r.queue, res) for r in reservations if r.partition == partition for res in r.resources}
-
-
-def _plain_pending(reservation: Reservation, now: datetime) -> bool:
-    return (
-        reservation.state is ReservationState.PENDING
-        and now.replace(tzinfo=UTC) < reservation.expires_at
-        and not applications.tracked(reservation.user, reservation.application)
-        and bool(reservation.resources)
-    )
 
 
 def _after(counters: list[Counter], deltas: Mapping[int, tuple[int, int]]) -> list[Counter]:
