@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver.counters import force_index
@@ -63,6 +63,14 @@ _LOCK_ALL_APPS = force_index(
 # app_keys_of_user / _of_group: candidate keys; no lock (they are locked by key next).
 _KEYS_OF_USER = select(_A.app_key).where(_A.partition == bindparam("p"), _A.user_name == bindparam("n"))
 _KEYS_OF_GROUP = select(_A.app_key).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
+# app_keys_of_names: candidate keys of several users and groups; no lock (locked by key next).
+_KEYS_OF_NAMES = select(_A.app_key).where(
+    _A.partition == bindparam("p"),
+    or_(
+        _A.user_name.in_(bindparam("users", expanding=True)),
+        _A.group_name.in_(bindparam("groups", expanding=True)),
+    ),
+)
 # read_apps_*: reports; no lock.
 _APPS_OF_USER = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.user_name == bindparam("n"))
 _APPS_OF_GROUP = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
@@ -126,6 +134,13 @@ class AppStatements:
         stmt = _KEYS_OF_USER if kind == "user" else _KEYS_OF_GROUP
         return list(self.conn.execute(stmt, {"p": partition, "n": name}).scalars())
 
+    def app_keys_of_names(self, partition: str, users: Iterable[str], groups: Iterable[str]) -> list[str]:
+        """The keys of every application row of ``users`` or tracked against ``groups``."""
+        params = {"p": partition, "users": sorted(set(users)), "groups": sorted(set(groups))}
+        if not params["users"] and not params["groups"]:
+            return []
+        return list(self.conn.execute(_KEYS_OF_NAMES, params).scalars())
+
     def read_apps(self, partition: str, kind: str | None = None, name: str | None = None) -> list[AppState]:
         if kind is None:
             rows = self.conn.execute(_ALL_APPS, {"p": partition})
@@ -135,28 +150,23 @@ class AppStatements:
         return [_app(row) for row in rows]
 
     def insert_app(self, app: AppState) -> None:
-        values = _app_values(app)
-        values.update(partition=app.partition, app_key=app.app_key, application=app.application)
-        values.update(user_name=app.user, queue=app.queue)
-        result = self.conn.execute(_INSERT_APP, values)
+        result = self.conn.execute(_INSERT_APP, _new_app_values(app))
         app.id = int(result.inserted_primary_key[0])  # type: ignore[index]
 
+    def insert_apps(self, apps: Iterable[AppState]) -> None:
+        """Insert new application rows with one multi-row insert (their ids are not read back)."""
+        rows = [_new_app_values(app) for app in apps]
+        if rows:
+            self.conn.execute(_INSERT_APP, rows)
+
+    def update_apps(self, apps: Iterable[AppState]) -> None:
+        """Write application rows this transaction holds (MariaDB, SQLite)."""
+        rows = [_update_params(app) for app in apps]
+        if rows:
+            self.conn.execute(_UPDATE_APP, rows)
+
     def update_app(self, app: AppState) -> None:
-        v = _app_values(app)
-        params = {
-            "aid": app.id,
-            "v_user": app.user,
-            "v_queue": app.queue,
-            "v_group": v["group_name"],
-            "v_state": v["state"],
-            "v_pending": v["pending"],
-            "v_usage": v["usage"],
-            "v_area": v["area"],
-            "v_submitted": v["submitted_at"],
-            "v_started": v["started_at"],
-            "v_finished": v["finished_at"],
-            "v_changed": v["changed_at"],
-        }
+        params = _update_params(app)
         if self.fast is not None:
             self.fast.run(PG_UPDATE_APP, params)
         else:
@@ -210,4 +220,29 @@ def _app_values(app: AppState) -> dict[str, Any]:
         "started_at": app.started_at,
         "finished_at": app.finished_at,
         "changed_at": app.changed_at,
+    }
+
+
+def _new_app_values(app: AppState) -> dict[str, Any]:
+    values = _app_values(app)
+    values.update(partition=app.partition, app_key=app.app_key, application=app.application)
+    values.update(user_name=app.user, queue=app.queue)
+    return values
+
+
+def _update_params(app: AppState) -> dict[str, Any]:
+    v = _app_values(app)
+    return {
+        "aid": app.id,
+        "v_user": app.user,
+        "v_queue": app.queue,
+        "v_group": v["group_name"],
+        "v_state": v["state"],
+        "v_pending": v["pending"],
+        "v_usage": v["usage"],
+        "v_area": v["area"],
+        "v_submitted": v["submitted_at"],
+        "v_started": v["started_at"],
+        "v_finished": v["finished_at"],
+        "v_changed": v["changed_at"],
     }

@@ -115,14 +115,15 @@ def lock_for_reserve(
     limits = identity_limits(rules, app.queue, app.user, app.group, requested)
     if not limits:
         return []
-    have = _lock_identity(tx, app.partition, limits)
+    have = lock_identity(tx, app.partition, limits)
     if missing := sorted(limits.keys() - have.keys()):
         _create(tx, app, {key: limits[key] for key in missing}, requested, now)
-        have = _lock_identity(tx, app.partition, limits)
+        have = lock_identity(tx, app.partition, limits)
     return [have[key] for key in sorted(limits)]
 
 
-def _lock_identity(tx: LedgerTx, partition: str, keys: Iterable[Key]) -> dict[Key, Counter]:
+def lock_identity(tx: LedgerTx, partition: str, keys: Iterable[Key]) -> dict[Key, Counter]:
+    """Lock the user/group counters of ``keys`` that exist, by key."""
     wanted = set(keys)
     found = tx.lock_identity_counters(
         partition,
