@@ -82,6 +82,8 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
         assert undo.savepoint is not None  # a trace is a write
         undo.savepoint.rollback()
         kept = {m.place for m in plan.admitted}
+        if not kept:
+            return {}
         undo = _Undo(tx)
         plan = _plan(tx, in_force, [(n, r) for n, r in candidates if n in kept], now, undo)
         if {m.place for m in plan.admitted} != kept:

@@ -12,6 +12,7 @@ clean, and the set must send far fewer statements than the steps would.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -219,6 +220,14 @@ def test_a_refused_first_use_in_the_middle_leaves_nothing_and_the_rest_take_thei
     identity = {row[:4]: row[4:] for row in after["identity"]}
     assert identity[("user", "fay", "root.org", "fpga")] == (0, 5, 8)
     assert identity[("group", "dev", "root.org", "fpga")] == (0, 2 + 5 + 1 + 1, 10)
+    # the first one refused (a new user over the copy made for it): every one takes its step
+    wanted = [
+        tracked("root.org.lab", {"fpga": 9}, user="kay", groups=["new"], application="kay-1"),
+        tracked("root.org.lab", {"fpga": 1}, user="kay", groups=["new"], application="kay-1"),
+        tracked("root.org.lab", {"fpga": 1}, user="lou", application="lou-1"),
+    ]
+    kinds, _, _ = same_rows(engines, core_db_url, wanted)
+    assert kinds == [OverQuota, Reservation, Reservation]
 
 
 def test_several_requests_of_one_new_application_start_it_once(
@@ -279,3 +288,54 @@ def test_a_finished_or_foreign_application_and_a_new_resource_are_left_to_their_
     ]
     kinds, _, _ = same_rows(engines, core_db_url, wanted)
     assert kinds == [Reservation] * 4
+
+
+def test_threads_starting_applications_get_exactly_what_fits(core_db_url: URL) -> None:
+    # Two batching engines, so that sets of both race for the same new rows and counters.
+    first = QuotaEngine.from_url(core_db_url, batching=True, pool_size=4)
+    second = QuotaEngine.from_url(core_db_url, batching=True, pool_size=4)
+    first.apply_config(CONFIG)
+    first.rollback(first.reserve("root.org.lab", {"fpga": 1}, partition="set").id)
+    made: list[Reservation] = []
+    refused: list[OverQuota] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        engine = first if n % 2 else second
+        for i in range(5):
+            # users share two names: each may start 3 applications (the wildcard's copy,
+            # made by whichever set or step comes first), root.org 6 in all
+            user = f"w{n % 2}"
+            try:
+                reservation = engine.reserve(
+                    f"root.org.lab.q{i % 3}",
+                    {"fpga": 1},
+                    partition="set",
+                    user=user,
+                    groups=["dev"],
+                    application=f"{user}-{n}-{i}",
+                )
+            except OverQuota as error:
+                with lock:
+                    refused.append(error)
+                continue
+            with lock:
+                made.append(reservation)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert len(made) == 6
+        assert len(refused) == 30 - 6
+        assert {r.user for r in made} == {"w0", "w1"}
+        assert sum(r.user == "w0" for r in made) == 3
+        usage = first.usage("root.org", partition="set")
+        assert usage["applications"].in_use == 6
+        assert first.audit() == []
+        assert first.batch_stats.largest > 1 or second.batch_stats.largest > 1
+    finally:
+        first.close()
+        second.close()
