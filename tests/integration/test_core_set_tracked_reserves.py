@@ -66,6 +66,13 @@ class Statements:
         self.count += 1
 
 
+@pytest.fixture(autouse=True)
+def no_batch_fails(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No set or batch failed and was decided again one request at a time."""
+    yield
+    assert not [r.getMessage() for r in caplog.get_records("call") if r.name == "quota_ledger.group_commit"]
+
+
 @pytest.fixture
 def engines(core_db_url: URL) -> Iterator[tuple[QuotaEngine, QuotaEngine]]:
     """An engine that batches and one that does not, on one database configured with twin
