@@ -235,6 +235,15 @@ def test_a_refused_first_use_in_the_middle_leaves_nothing_and_the_rest_take_thei
     ]
     kinds, _, _ = same_rows(engines, core_db_url, wanted)
     assert kinds == [OverQuota, Reservation, Reservation]
+    # plain first uses: the refused one's new queue leaves no counter
+    wanted = [
+        tracked("root.org.team", {"fpga": 1}),
+        tracked("root.org.team.big", {"fpga": 21}),  # over root.org.team's 20
+        tracked("root.org.team.zz", {"fpga": 1}),
+    ]
+    kinds, _, _ = same_rows(engines, core_db_url, wanted)
+    assert kinds == [Reservation, OverQuota, Reservation]
+    assert not [row for row in snapshot(core_db_url, "set")["counters"] if row[1] == "root.org.team.big"]
 
 
 def test_several_requests_of_one_new_application_start_it_once(
