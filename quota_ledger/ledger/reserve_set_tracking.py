@@ -64,15 +64,16 @@ def members(
     tracked one's application in memory, in order; the members (candidates not left to their
     steps) and the rows."""
     partition = candidates[0][1].partition
-    keys = {_key(r) for _, r in candidates if applications.tracked(r.user, r.application)}
+    keys = {key for _, r in candidates if (key := key_of(r)) is not None}
     before = tx.lock_apps(partition, keys)
     after = {key: copy.deepcopy(app) for key, app in before.items()}
     found: list[Member] = []
+    aside: set[str] = set()
     for place, request in candidates:
-        if not applications.tracked(request.user, request.application):
+        key = key_of(request)
+        if key is None:
             found.append(Member(place=place, request=request, requested=dict(request.resources)))
             continue
-        key = _key(request)
         app = after.get(key)
         started = False
         if app is None:
@@ -80,8 +81,9 @@ def members(
             app = tracking.new_app(partition, request.application, request.user, request.queue, group, now)
             after[key] = app
             started = app.counts
-        elif app.state == tracking.FINISHED or app.user != request.user or app.queue != request.queue:
-            continue  # its step starts a new run, or refuses it
+        elif key in aside or app.state == tracking.FINISHED or not _owns(app, request):
+            aside.add(key)  # its step starts a new run, or refuses it; those after it wait
+            continue
         tracking.add_reserved(app, request.resources)
         requested = {**request.resources, APPLICATIONS: 1} if started else dict(request.resources)
         scoped = applications.identity_limits(rules, app.queue, app.user, app.group, requested)
@@ -133,5 +135,12 @@ def _create(tx: LedgerTx, partition: str, limits: Mapping[Key, int], apps: Apps,
     tx.insert_identity_counters(partition, values, now)
 
 
-def _key(request: Request) -> str:
+def key_of(request: Request) -> str | None:
+    """The application row a request is tracked in (None: untracked)."""
+    if not applications.tracked(request.user, request.application):
+        return None
     return tracking.app_key(request.application, request.user, request.queue)
+
+
+def _owns(app: AppState, request: Request) -> bool:
+    return app.user == request.user and app.queue == request.queue

@@ -21,7 +21,7 @@ from sql_rows import rows
 from sqlalchemy import event
 from sqlalchemy.engine import URL
 
-from quota_ledger import OverQuota, QuotaEngine, Reservation
+from quota_ledger import InvalidRequest, OverQuota, QuotaEngine, Reservation
 
 PARTITION = """
 - name: {name}
@@ -142,7 +142,7 @@ def same_rows(
     for w in ordered:
         try:
             alone.append(unbatched.reserve(partition="one", **w))
-        except OverQuota as error:
+        except (OverQuota, InvalidRequest) as error:
             alone.append(error)
     kinds = [type(o) for o in together]
     alone_count = alone_sent.count
@@ -301,9 +301,15 @@ def test_a_finished_or_foreign_application_and_a_new_resource_are_left_to_their_
         tracked("root.org.lab", {"fpga": 1}, user="hal", application="hal-1"),  # finished: a new run
         tracked("root.org.lab", {"fpga": 1}, user="ivy", application="ivy-1"),
         tracked("root.org.lab", {"fpga": 1, "vcore": 1}, user="jon", application="jon-1"),  # vcore is new
+        tracked("root.org.lab", {"fpga": 1}, user="jon", application="jon-1"),  # after its first: a step
+        tracked(
+            "root.org.lab", {"fpga": 1}, user="kit", application="hal-1"
+        ),  # hal-1 runs again (a step): not kit's
     ]
     kinds, _, _ = same_rows(engines, core_db_url, wanted)
-    assert kinds == [Reservation] * 4
+    assert kinds == [Reservation] * 5 + [InvalidRequest]
+    apps = {row[0]: row for row in snapshot(core_db_url, "set")["apps"]}
+    assert apps["jon-1"][6:8] == (2, {"fpga": [0, 2], "vcore": [0, 1000]})
 
 
 def test_threads_starting_applications_get_exactly_what_fits(core_db_url: URL) -> None:
