@@ -11,12 +11,12 @@ transaction, which then runs again with every such call guarded (``quota_ledger_
 exception block, so a decline undoes only that call), as do the next batches: a guard is a
 subtransaction, which costs about a third more server time a call.
 
-On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the plain
-keyless reserves of one partition, the whole commits) are decided by one Python function for
-all of them, with a few statements whatever their number, inside one savepoint, before any
-step. What it leaves out, its request's step decides. A ledger error, or a database error that
-is not a conflict or a lost connection, undoes the set (back to its savepoint) and leaves every
-request of it to its step.
+On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the
+keyless reserves of one partition, tracked ones and first uses included, the whole commits) are
+decided by one Python function for all of them, with a few statements whatever their number,
+inside one savepoint, before any step. What it leaves out, its request's step decides. A
+ledger error, or a database error that is not a conflict or a lost connection, undoes the set
+(back to its savepoint) and leaves every request of it to its step.
 
 A request whose step raises a ledger error (:class:`OverQuota`, :class:`ReservationNotFound`,
 ...) is rolled back to its own savepoint and leaves the others alone.
