@@ -126,8 +126,7 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
     if tx.commit_reservations(ids, now) != len(ids):
         raise ReservationStateError(ids[0], ReservationState.PENDING, "commit")  # undone: steps decide
     tx.append_journal_rows(journal)
-    for key in sorted(moved):
-        tx.update_app(moved[key])
+    tx.update_apps(moved[key] for key in sorted(moved))
     tx.apply_counter_deltas(deltas, now)
     tx.apply_identity_deltas(identity_deltas, now)
     return outcomes
