@@ -124,14 +124,8 @@ def lock_for_reserve(
 
 def lock_identity(tx: LedgerTx, partition: str, keys: Iterable[Key]) -> dict[Key, Counter]:
     """Lock the user/group counters of ``keys`` that exist, by key."""
-    wanted = set(keys)
-    found = tx.lock_identity_counters(
-        partition,
-        {(k, n) for k, n, _, _ in wanted},
-        {q for _, _, q, _ in wanted},
-        {r for _, _, _, r in wanted},
-    )
-    return {key: c for c in found if (key := (c.scope_type, c.name or "", c.scope, c.resource)) in wanted}
+    found = tx.lock_identity_keys(partition, keys)
+    return {(c.scope_type, c.name or "", c.scope, c.resource): c for c in found}
 
 
 def _create(
