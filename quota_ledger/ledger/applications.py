@@ -160,12 +160,18 @@ def _create(
 def lock_of(tx: LedgerTx, apps: Iterable[AppState], resources: Iterable[str]) -> list[Counter]:
     """Lock every user/group counter that charges these applications, for ``resources``."""
     app_list = list(apps)
-    pairs = {(USER, a.user) for a in app_list if a.user is not None}
-    pairs |= {(GROUP, a.group) for a in app_list if a.group is not None}
-    if not pairs or not app_list:
+    wanted = list(resources)
+    keys = {
+        (kind, name, scope, resource)
+        for a in app_list
+        for kind, name in ((USER, a.user), (GROUP, a.group))
+        if name is not None
+        for scope in lineage(a.queue)
+        for resource in wanted
+    }
+    if not keys:
         return []
-    scopes = {q for a in app_list for q in lineage(a.queue)}
-    return tx.lock_identity_counters(app_list[0].partition, pairs, scopes, resources)
+    return tx.lock_identity_keys(app_list[0].partition, keys)
 
 
 def charges(app: AppState, counters: Iterable[Counter]) -> list[Counter]:
