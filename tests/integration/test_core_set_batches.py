@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, text
+from sql_rows import Statements
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import (
@@ -46,17 +47,6 @@ def unbatched(core_db_url: URL) -> Iterator[QuotaEngine]:
     engine = QuotaEngine.from_url(core_db_url)
     yield engine
     engine.close()
-
-
-class Statements:
-    """Counts the statements an engine sends (an executemany counts once)."""
-
-    def __init__(self, engine: QuotaEngine) -> None:
-        self.count = 0
-        event.listen(engine.driver.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, *args: Any) -> None:
-        self.count += 1
 
 
 def _rows(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:

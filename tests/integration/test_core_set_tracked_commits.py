@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sql_rows import Statements
+from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 
 from quota_ledger import CounterOverflow, QuotaEngine, ReservationState
@@ -96,17 +97,6 @@ class Clock:
 
         monkeypatch.setattr(LedgerTx, "lock_reservation", lock_one)
         monkeypatch.setattr(LedgerTx, "lock_reservations", lock_many)
-
-
-class Statements:
-    """Counts the statements an engine sends (an executemany counts once)."""
-
-    def __init__(self, engine: QuotaEngine) -> None:
-        self.count = 0
-        event.listen(engine.driver.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, *args: Any) -> None:
-        self.count += 1
 
 
 @pytest.fixture

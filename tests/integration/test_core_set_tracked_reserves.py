@@ -17,8 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from sql_rows import rows
-from sqlalchemy import event
+from sql_rows import Statements, rows
 from sqlalchemy.engine import URL
 
 from quota_ledger import InvalidRequest, OverQuota, QuotaEngine, Reservation
@@ -53,17 +52,6 @@ PARTITION = """
 CONFIG = "partitions:" + "".join(PARTITION.format(name=name) for name in ("set", "one"))
 BOTH = ("set", "one")
 GI = 1 << 30
-
-
-class Statements:
-    """Counts the statements an engine sends (an executemany counts once)."""
-
-    def __init__(self, engine: QuotaEngine) -> None:
-        self.count = 0
-        event.listen(engine.driver.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, *args: Any) -> None:
-        self.count += 1
 
 
 @pytest.fixture(autouse=True)
