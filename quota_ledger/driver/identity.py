@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, select, tuple_, update
+from sqlalchemy import Connection, and_, bindparam, delete, or_, select, tuple_, update
 
 from quota_ledger.driver import dialect
 from quota_ledger.driver.counters import add_to_locked, add_to_locked_params, force_index
@@ -39,9 +40,9 @@ PG_LOCK_IDENTITY = (
     " AND kind = ANY(%(kinds)s) AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)"
     " AND resource = ANY(%(resources)s) ORDER BY kind, name, queue, resource FOR UPDATE"
 )
-# lock_identity_keys: the counters of whole keys (step 7), one lookup each (MariaDB, SQLite),
-# where the product above takes every combination of the keys' parts: hundreds of lookups for a
-# batch of users on deep queues, a few dozen of them counters anyone asked for.
+# lock_identity_keys: the counters of whole keys (step 7), one lookup each (MariaDB; SQLite's
+# below), where the product above takes every combination of the keys' parts: hundreds of
+# lookups for a batch of users on deep queues, a few dozen of them counters anyone asked for.
 _LOCK_IDENTITY_KEYS = force_index(
     select(*_IDENTITY_COLUMNS)
     .where(
@@ -53,6 +54,25 @@ _LOCK_IDENTITY_KEYS = force_index(
     quota_identity_usages,
     _IDENTITY_INDEX,
 )
+
+
+@lru_cache(maxsize=64)
+def _sqlite_identity_keys(count: int) -> Any:
+    """lock_identity_keys of ``count`` keys on SQLite, whose planner looks a row value IN up by
+    its first column only (the partition's every counter): one lookup per key, OR-ed."""
+    keys = (
+        and_(
+            _D.partition == bindparam("p"),
+            _D.kind == bindparam(f"k{i}"),
+            _D.name == bindparam(f"n{i}"),
+            _D.queue == bindparam(f"q{i}"),
+            _D.resource == bindparam(f"r{i}"),
+        )
+        for i in range(count)
+    )
+    return select(*_IDENTITY_COLUMNS).where(or_(*keys)).order_by(_D.kind, _D.name, _D.queue, _D.resource)
+
+
 # all_identity_counters: every counter of some kinds in a partition; no lock.
 _ALL_IDENTITY = (
     select(*_IDENTITY_COLUMNS)
@@ -132,7 +152,13 @@ class IdentityStatements:
             )
             chosen = set(wanted)
             return [c for c in found if (c.scope_type, c.name or "", c.scope, c.resource) in chosen]
-        rows = self.conn.execute(_LOCK_IDENTITY_KEYS, {"p": partition, "keys": wanted})
+        if self.backend == "sqlite":
+            params: dict[str, str] = {"p": partition}
+            for i, (kind, name, queue, resource) in enumerate(wanted):
+                params.update({f"k{i}": kind, f"n{i}": name, f"q{i}": queue, f"r{i}": resource})
+            rows = self.conn.execute(_sqlite_identity_keys(len(wanted)), params)
+        else:
+            rows = self.conn.execute(_LOCK_IDENTITY_KEYS, {"p": partition, "keys": wanted})
         return [_identity(row) for row in rows]
 
     def identity_counters(
