@@ -326,39 +326,49 @@ def yaml_problem(text: str | bytes, max_depth: int = MAX_DEPTH) -> str | None:
     aliases are expanded, a NUL byte or a lone surrogate.
 
     Reads the parser's events, which needs no recursion, before anything builds the nested
-    objects (PyYAML's constructor recurses and would overflow the stack).
+    objects (PyYAML's constructor recurses and would overflow the stack). libyaml refuses a
+    text nested about a thousand levels deep while it scans ahead, before it has given the
+    events that would show it; such a text is read again by PyYAML's own parser, which gives
+    them, so a syntax error is left to the real load and a deep text is refused here.
     """
     if isinstance(text, str) and not clean(text):
         return "the document holds a NUL byte or a lone surrogate"
+    for loader in dict.fromkeys((_EVENTS, yaml.SafeLoader)):
+        try:
+            return _measured(text, loader, max_depth)
+        except yaml.YAMLError:
+            continue
+    return None  # the real load reports the syntax error with its position
+
+
+def _measured(text: str | bytes, loader: Any, max_depth: int) -> str | None:
+    """:func:`yaml_problem` by the events of ``loader`` (its YAMLError raised)."""
     # One [anchor, values] per open collection; anchors -> values of the anchored node.
     open_: list[list[Any]] = [[None, 0]]
     anchors: dict[str, int] = {}
     total = 0
-    try:
-        for event in yaml.parse(text, Loader=_EVENTS):
-            if isinstance(event, yaml.CollectionStartEvent):
-                if len(open_) > max_depth:
-                    return f"the document nests deeper than {max_depth} levels"
-                open_.append([event.anchor, 1])
-                total += 1
-            elif isinstance(event, yaml.CollectionEndEvent):
-                anchor, count = open_.pop()
-                if anchor is not None:
-                    anchors[anchor] = count
-                open_[-1][1] += count
-            elif isinstance(event, yaml.ScalarEvent):
-                if event.anchor is not None:
-                    anchors[event.anchor] = 1
-                open_[-1][1] += 1
-                total += 1
-            elif isinstance(event, yaml.AliasEvent):
-                size = anchors.get(event.anchor or "", 1)
-                open_[-1][1] += size
-                total += size
-            if total > MAX_NODES:
-                return f"the document holds more than {MAX_NODES} values"
-    except yaml.YAMLError:
-        return None  # the real load reports the syntax error with its position
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_) > max_depth:
+                return f"the document nests deeper than {max_depth} levels"
+            open_.append([event.anchor, 1])
+            total += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, count = open_.pop()
+            if anchor is not None:
+                anchors[anchor] = count
+            open_[-1][1] += count
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+            open_[-1][1] += 1
+            total += 1
+        elif isinstance(event, yaml.AliasEvent):
+            size = anchors.get(event.anchor or "", 1)
+            open_[-1][1] += size
+            total += size
+        if total > MAX_NODES:
+            return f"the document holds more than {MAX_NODES} values"
     return None
 
 
