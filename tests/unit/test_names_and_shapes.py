@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest, TooManyResources
@@ -95,6 +96,27 @@ def test_yaml_nesting_and_alias_bombs_are_measured_before_building() -> None:
     assert validation.load_yaml("a: [1, {b: 2}]", "f") == {"a": [1, {"b": 2}]}
     with pytest.raises(InvalidRequest):
         validation.load_yaml('a: "x\\0y"', "f")
+
+
+class _RefusesDeepFlow(yaml.SafeLoader):
+    """A parser that refuses deep flow collections while scanning, before giving their events
+    (as libyaml does from PyYAML 6.0.4, at about a thousand levels)."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
+        if self.flow_level >= 100:
+            raise yaml.scanner.ScannerError(None, None, "exceeded maximum nesting depth", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
+
+def test_yaml_nesting_is_measured_when_the_fast_parser_refuses_it_while_scanning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(validation, "_EVENTS", _RefusesDeepFlow)
+    assert "deeper than" in (validation.yaml_problem("a: " + "[" * 10_000) or "")
+    assert validation.yaml_problem("a: [1, [2, [3]]]") is None
+    assert validation.yaml_problem("a: [1, 2") is None  # a syntax error: the real load reports it
+    with pytest.raises(InvalidRequest, match="deeper than"):
+        validation.load_yaml("a: " + "[" * 10_000, "f")
 
 
 def test_bounds_count_resources() -> None:
