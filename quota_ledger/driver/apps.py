@@ -61,9 +61,6 @@ _LOCK_ALL_APPS = force_index(
     quota_applications,
     _APP_INDEX,
 )
-# app_keys_of_user / _of_group: candidate keys; no lock (they are locked by key next).
-_KEYS_OF_USER = select(_A.app_key).where(_A.partition == bindparam("p"), _A.user_name == bindparam("n"))
-_KEYS_OF_GROUP = select(_A.app_key).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
 # app_keys_of_names: candidate keys of several users, and of several groups, each by its own
 # index (one condition over both columns read every row of the partition on SQLite and
 # MariaDB); no lock (locked by key next).
@@ -78,25 +75,7 @@ _APPS_OF_USER = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.u
 _APPS_OF_GROUP = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
 _ALL_APPS = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"))
 _INSERT_APP = sa_insert(quota_applications)
-# update_app: an application row this transaction holds.
-_UPDATE_APP = (
-    update(quota_applications)
-    .where(_A.id == bindparam("aid"))
-    .values(
-        user_name=bindparam("v_user"),
-        queue=bindparam("v_queue"),
-        group_name=bindparam("v_group"),
-        state=bindparam("v_state"),
-        pending=bindparam("v_pending"),
-        usage=bindparam("v_usage"),
-        area=bindparam("v_area"),
-        submitted_at=bindparam("v_submitted"),
-        started_at=bindparam("v_started"),
-        finished_at=bindparam("v_finished"),
-        changed_at=bindparam("v_changed"),
-    )
-)
-#: update_apps: the columns _UPDATE_APP writes, by the name of their parameter
+#: the columns update_app and update_apps write, by the name of their parameter
 _WRITTEN = {
     "v_user": _A.user_name,
     "v_queue": _A.queue,
@@ -110,6 +89,12 @@ _WRITTEN = {
     "v_finished": _A.finished_at,
     "v_changed": _A.changed_at,
 }
+# update_app: an application row this transaction holds.
+_UPDATE_APP = (
+    update(quota_applications)
+    .where(_A.id == bindparam("aid"))
+    .values({column.key: bindparam(name) for name, column in _WRITTEN.items()})
+)
 
 
 @lru_cache(maxsize=ADD_SLICE)
@@ -163,10 +148,6 @@ class AppStatements:
 
     def lock_all_apps(self, partition: str) -> list[AppState]:
         return [_app(row) for row in self.conn.execute(_LOCK_ALL_APPS, {"p": partition})]
-
-    def app_keys_of(self, partition: str, kind: str, name: str) -> list[str]:
-        stmt = _KEYS_OF_USER if kind == "user" else _KEYS_OF_GROUP
-        return list(self.conn.execute(stmt, {"p": partition, "n": name}).scalars())
 
     def app_keys_of_names(self, partition: str, users: Iterable[str], groups: Iterable[str]) -> list[str]:
         """The keys of every application row of ``users`` or tracked against ``groups``."""

@@ -142,9 +142,7 @@ def _create(
     concurrent reservation of the same user inserting the same counter waits for ours (or we
     for it): one insert is kept, and each then adds its own request under the counter lock.
     """
-    names = sorted({(kind, name) for kind, name, _, _ in limits})
-    keys = {k for kind, name in names for k in tx.app_keys_of(app.partition, kind, name)}
-    apps = list(tx.lock_apps(app.partition, keys).values())
+    apps = list(tx.lock_apps(app.partition, counted_keys(tx, app.partition, limits)).values())
     rows = {}
     for key, limit in limits.items():
         in_use, reserved = identity.value(apps, key)
@@ -155,6 +153,15 @@ def _create(
             reserved -= requested[resource]
         rows[key] = (in_use, reserved, limit)
     tx.insert_identity_counters(app.partition, rows, now)
+
+
+def counted_keys(tx: LedgerTx, partition: str, keys: Iterable[Key]) -> set[str]:
+    """The keys of the application rows that the user/group counters of ``keys`` count: every
+    row of those users, and every row tracked against those groups (not locked)."""
+    wanted = list(keys)
+    users = {name for kind, name, _, _ in wanted if kind == USER}
+    groups = {name for kind, name, _, _ in wanted if kind == GROUP}
+    return set(tx.app_keys_of_names(partition, users, groups))
 
 
 def lock_of(tx: LedgerTx, apps: Iterable[AppState], resources: Iterable[str]) -> list[Counter]:

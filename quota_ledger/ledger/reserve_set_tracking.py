@@ -22,7 +22,7 @@ from datetime import datetime
 
 from quota_ledger.config import identity
 from quota_ledger.config.identity import Key
-from quota_ledger.config.rules import GROUP, USER, PartitionRules
+from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
 from quota_ledger.ledger.reserve import Request
@@ -127,9 +127,7 @@ def _create(tx: LedgerTx, partition: str, limits: Mapping[Key, int], apps: Apps,
     application rows held before the set: the set has written its own rows already, so those
     are taken as they were locked (its new ones not at all). The other rows are locked, as
     :func:`.applications._create` locks them."""
-    users = {name for kind, name, _, _ in limits if kind == USER}
-    groups = {name for kind, name, _, _ in limits if kind == GROUP}
-    keys = set(tx.app_keys_of_names(partition, users, groups)) - apps.after.keys()
+    keys = applications.counted_keys(tx, partition, limits) - apps.after.keys()
     rows = [*tx.lock_apps(partition, keys).values(), *apps.before.values()]
     values = {key: (*identity.value(rows, key), limit) for key, limit in limits.items()}
     tx.insert_identity_counters(partition, values, now)
