@@ -47,12 +47,13 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, reserve, reserve_set_tracking, resource_quotas
 from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.reserve import Request
-from quota_ledger.ledger.resolve import by_key
+from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import limits as limit_rules
 from quota_ledger.model import queues
 from quota_ledger.model.errors import CounterOverflow, QuotaLedgerError
 from quota_ledger.model.limits import Counter
+from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import Reservation
 
 
@@ -201,10 +202,8 @@ def _admit(
     """Admit the longest prefix of ``plan.members`` whose running totals fit, and sum what it
     adds to each counter."""
     for member in plan.members:
-        queue, requested = member.request.queue, member.requested
-        chain = queues.lineage(queue)
-        counters = [c for res in member.request.resources if (c := own.get((queue, res))) is not None]
-        counters += [c for res in requested for scope in chain if (c := limits.get((scope, res))) is not None]
+        requested = member.requested
+        counters = counters_of(member.request, own, limits, applications=APPLICATIONS in requested)
         mine = [_after(c, plan.deltas) for c in counters]
         theirs = [_after(scoped[key], plan.identity_deltas) for key in sorted(member.scoped) if key in scoped]
         if limit_rules.violations(partition, requested, [*mine, *theirs]):

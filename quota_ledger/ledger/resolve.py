@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver import pg_functions
@@ -55,22 +55,33 @@ def by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
     return {(c.scope, c.resource): c for c in counters}
 
 
+class Charged(Protocol):
+    """What a reservation, or a request for one, is charged by: its queue and its resources."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def resources(self) -> Mapping[str, int]: ...
+
+
 def counters_of(
-    reservation: Reservation,
+    charged: Charged,
     own: Mapping[tuple[str, str], Counter],
     limits: Mapping[tuple[str, str], Counter],
     *,
-    stopped: bool = False,
+    applications: bool = False,
 ) -> list[Counter]:
-    """The locked counters a reservation is charged to: its queue's and its lineage's limits,
-    and the lineage's application counts when its application stops running."""
-    chain = queues.lineage(reservation.queue)
+    """The locked counters a reservation (or a request) is charged to: its queue's and its
+    lineage's limits, and with ``applications`` the lineage's application counts (its
+    application starts or stops running)."""
+    chain = queues.lineage(charged.queue)
     found = []
-    for resource in reservation.resources:
-        if (mine := own.get((reservation.queue, resource))) is not None:
+    for resource in charged.resources:
+        if (mine := own.get((charged.queue, resource))) is not None:
             found.append(mine)
         found += [c for scope in chain if (c := limits.get((scope, resource))) is not None]
-    if stopped:
+    if applications:
         found += [c for scope in chain if (c := limits.get((scope, APPLICATIONS))) is not None]
     return found
 
@@ -121,7 +132,7 @@ def resolve(
     pairs = [(reservation.queue, res) for res in reservation.resources]
     own = tx.lock_queue_counters(reservation.partition, pairs)
     limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
-    counters = counters_of(reservation, own, by_key(limits), stopped=stopped)
+    counters = counters_of(reservation, own, by_key(limits), applications=stopped)
     scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
     limit_rules.check_overflow(committed, [*counters, *scoped], field="in_use")
 
