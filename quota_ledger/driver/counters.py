@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
     Table,
     and_,
     bindparam,
-    case,
     delete,
     exists,
     or_,
@@ -22,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import insert as sa_insert
 
-from quota_ledger.driver import dialect
+from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_partitions, quota_usages
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
@@ -170,48 +168,8 @@ _ALL_COUNTERS = (
 _RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
 
 
-#: rows one add_to_locked statement changes at most; more take one statement per slice
+#: rows one update_apps statement changes at most; more take one statement per slice
 ADD_SLICE = 32
-
-
-@lru_cache(maxsize=2 * ADD_SLICE)
-def add_to_locked(table: Table, count: int) -> Any:
-    """apply_counter_deltas / apply_identity_deltas on MariaDB and SQLite: adds its own
-    ``(d_in_use, d_reserved)`` to each of ``count`` rows by id, in one statement; the rows are
-    already locked by this transaction, so it waits for nothing. One statement, not one per
-    row: PyMySQL runs an ``executemany`` of an UPDATE as a round trip per row, each while the
-    transaction holds the shared counters every other reservation of the partition waits for."""
-    c = table.c
-    ids = [bindparam(f"id{i}", type_=BigInteger) for i in range(count)]
-
-    def added(prefix: str) -> Any:
-        return case(
-            *((c.id == ids[i], bindparam(f"{prefix}{i}", type_=BigInteger)) for i in range(count)),
-            else_=0,
-        )
-
-    return (
-        update(table)
-        .where(c.id.in_(ids))
-        .values(
-            in_use=c.in_use + added("di"),
-            reserved=c.reserved + added("dr"),
-            updated_at=bindparam("now"),
-        )
-    )
-
-
-def add_to_locked_params(
-    changes: Sequence[tuple[int, tuple[int, int]]], now: datetime
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Slices of ``changes`` (id, (d_in_use, d_reserved)) in id order: each slice's size and
-    the parameters of :func:`add_to_locked` of that size."""
-    for start in range(0, len(changes), ADD_SLICE):
-        part = changes[start : start + ADD_SLICE]
-        params: dict[str, Any] = {"now": now}
-        for i, (cid, (di, dr)) in enumerate(part):
-            params.update({f"id{i}": cid, f"di{i}": di, f"dr{i}": dr})
-        yield len(part), params
 
 
 @lru_cache(maxsize=64)
@@ -312,8 +270,7 @@ class CounterStatements:
                 },
             )
             return
-        for count, params in add_to_locked_params(changes, now):
-            self.conn.execute(add_to_locked(quota_usages, count), params)
+        inline.add_to_locked(self.conn, quota_usages, changes, now)
 
     def set_counter_values(self, values: Mapping[int, tuple[int, int]], now: datetime) -> None:
         params = [

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, or_, select, tuple_, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
-from quota_ledger.driver import dialect
-from quota_ledger.driver.counters import add_to_locked, add_to_locked_params, force_index
+from quota_ledger.driver import dialect, inline
+from quota_ledger.driver.counters import force_index
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_identity_usages
 from quota_ledger.model.limits import Counter
@@ -40,37 +39,22 @@ PG_LOCK_IDENTITY = (
     " AND kind = ANY(%(kinds)s) AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)"
     " AND resource = ANY(%(resources)s) ORDER BY kind, name, queue, resource FOR UPDATE"
 )
-# lock_identity_keys: the counters of whole keys (step 7), one lookup each (MariaDB; SQLite's
-# below), where the product above takes every combination of the keys' parts: hundreds of
-# lookups for a batch of users on deep queues, a few dozen of them counters anyone asked for.
-_LOCK_IDENTITY_KEYS = force_index(
-    select(*_IDENTITY_COLUMNS)
-    .where(
-        _D.partition == bindparam("p"),
-        tuple_(_D.kind, _D.name, _D.queue, _D.resource).in_(bindparam("keys", expanding=True)),
-    )
-    .order_by(_D.kind, _D.name, _D.queue, _D.resource)
-    .with_for_update(),
-    quota_identity_usages,
-    _IDENTITY_INDEX,
+# lock_identity_keys: the counters of whole keys (step 7), one lookup each, where the product
+# above takes every combination of the keys' parts: hundreds of lookups for a batch of users on
+# deep queues, a few dozen of them counters anyone asked for. Written as the driver's text (see
+# inline), {m} its placeholder: on MariaDB a row value IN (a range on the whole unique key); on
+# SQLite one lookup per key, OR-ed, as its planner looks a row value IN up by its first column
+# only (the partition's every counter).
+_MY_LOCK_IDENTITY_KEYS = (
+    f"SELECT {_PG_IDENTITY} FROM quota_identity_usages FORCE INDEX ({_IDENTITY_INDEX})"  # noqa: S608
+    " WHERE `partition` = %s AND (kind, name, queue, resource) IN ({keys})"
+    " ORDER BY kind, name, queue, resource FOR UPDATE"
 )
-
-
-@lru_cache(maxsize=64)
-def _sqlite_identity_keys(count: int) -> Any:
-    """lock_identity_keys of ``count`` keys on SQLite, whose planner looks a row value IN up by
-    its first column only (the partition's every counter): one lookup per key, OR-ed."""
-    keys = (
-        and_(
-            _D.partition == bindparam("p"),
-            _D.kind == bindparam(f"k{i}"),
-            _D.name == bindparam(f"n{i}"),
-            _D.queue == bindparam(f"q{i}"),
-            _D.resource == bindparam(f"r{i}"),
-        )
-        for i in range(count)
-    )
-    return select(*_IDENTITY_COLUMNS).where(or_(*keys)).order_by(_D.kind, _D.name, _D.queue, _D.resource)
+_SQLITE_IDENTITY_KEYS = (
+    f"SELECT {_PG_IDENTITY} FROM quota_identity_usages WHERE {{keys}}"  # noqa: S608
+    " ORDER BY kind, name, queue, resource"
+)
+_SQLITE_IDENTITY_KEY = '("partition" = ? AND kind = ? AND name = ? AND queue = ? AND resource = ?)'
 
 
 # all_identity_counters: every counter of some kinds in a partition; no lock.
@@ -153,13 +137,12 @@ class IdentityStatements:
             chosen = set(wanted)
             return [c for c in found if (c.scope_type, c.name or "", c.scope, c.resource) in chosen]
         if self.backend == "sqlite":
-            params: dict[str, str] = {"p": partition}
-            for i, (kind, name, queue, resource) in enumerate(wanted):
-                params.update({f"k{i}": kind, f"n{i}": name, f"q{i}": queue, f"r{i}": resource})
-            rows = self.conn.execute(_sqlite_identity_keys(len(wanted)), params)
+            sql = _SQLITE_IDENTITY_KEYS.format(keys=" OR ".join([_SQLITE_IDENTITY_KEY] * len(wanted)))
+            params: list[str] = [value for key in wanted for value in (partition, *key)]
         else:
-            rows = self.conn.execute(_LOCK_IDENTITY_KEYS, {"p": partition, "keys": wanted})
-        return [_identity(row) for row in rows]
+            sql = _MY_LOCK_IDENTITY_KEYS.format(keys=",".join(["(%s,%s,%s,%s)"] * len(wanted)))
+            params = [partition, *(value for key in wanted for value in key)]
+        return [_identity(row) for row in inline.rows(self.conn, sql, params)]
 
     def identity_counters(
         self, partition: str, *, lock: bool, kinds: Iterable[str] = ("group", "user")
@@ -183,8 +166,7 @@ class IdentityStatements:
                 },
             )
         else:
-            for count, params in add_to_locked_params(changes, now):
-                self.conn.execute(add_to_locked(quota_identity_usages, count), params)
+            inline.add_to_locked(self.conn, quota_identity_usages, changes, now)
 
     def set_identity_counters(self, values: Mapping[int, tuple[int, int, int]], now: datetime) -> None:
         """Set (in_use, reserved, limit) of locked counters."""

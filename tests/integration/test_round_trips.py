@@ -18,11 +18,11 @@ from sqlalchemy import event, select, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
-from quota_ledger.driver.counters import ADD_SLICE
+from quota_ledger.driver.inline import INLINE_SLICE
 from quota_ledger.driver.schema import quota_partitions, quota_usages
 from quota_ledger.driver.tx import LedgerTx
 
-COUNTERS = ADD_SLICE * 2 + 5
+COUNTERS = INLINE_SLICE * 2 + 5
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_adding_to_locked_counters_is_one_statement_a_slice(core_db_url: URL) ->
         engine.driver.run(work)
     finally:
         engine.close()
-    assert len(sent) == -(-COUNTERS // ADD_SLICE)
+    assert len(sent) == -(-COUNTERS // INLINE_SLICE)
     assert not any(many for _, many in sent)
 
 
