@@ -5,14 +5,14 @@ reservation rows and before any counter (see the lock order in :mod:`.tx`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, select, update
+from sqlalchemy import Connection, bindparam, select, update
 from sqlalchemy import insert as sa_insert
 
+from quota_ledger.driver import inline
 from quota_ledger.driver.counters import ADD_SLICE, force_index
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_app_summaries, quota_applications
@@ -97,22 +97,6 @@ _UPDATE_APP = (
 )
 
 
-@lru_cache(maxsize=ADD_SLICE)
-def _update_many(count: int) -> Any:
-    """update_apps of ``count`` rows by id in one statement: each column a CASE on the id."""
-    ids = [bindparam(f"aid{i}", type_=_A.id.type) for i in range(count)]
-
-    def value(name: str, column: Any) -> Any:
-        whens = ((_A.id == ids[i], bindparam(f"{name}{i}", type_=column.type)) for i in range(count))
-        return case(*whens, else_=column)
-
-    return (
-        update(quota_applications)
-        .where(_A.id.in_(ids))
-        .values({column.key: value(name, column) for name, column in _WRITTEN.items()})
-    )
-
-
 PG_UPDATE_APP = (
     "UPDATE quota_applications SET user_name = %(v_user)s, queue = %(v_queue)s,"
     " group_name = %(v_group)s, state = %(v_state)s,"
@@ -177,15 +161,15 @@ class AppStatements:
 
     def update_apps(self, apps: Iterable[AppState]) -> None:
         """Write application rows this transaction holds (MariaDB, SQLite): one statement per
-        :data:`~quota_ledger.driver.counters.ADD_SLICE` rows, not an ``executemany``, which
+        :data:`~quota_ledger.driver.counters.ADD_SLICE` rows, each column a CASE on the id,
+        written as the driver's own text (see :mod:`.inline`); not an ``executemany``, which
         PyMySQL runs as a round trip per row."""
         rows = sorted((app for app in apps), key=lambda app: app.id or 0)
         for start in range(0, len(rows), ADD_SLICE):
-            part = rows[start : start + ADD_SLICE]
-            params: dict[str, Any] = {}
-            for i, app in enumerate(part):
-                params.update({f"{name}{i}": value for name, value in _update_params(app).items()})
-            self.conn.execute(_update_many(len(part)), params)
+            sql, params = _update_many(
+                self.conn, [_update_params(app) for app in rows[start : start + ADD_SLICE]]
+            )
+            self.conn.exec_driver_sql(sql, params)
 
     def update_app(self, app: AppState) -> None:
         params = _update_params(app)
@@ -250,6 +234,23 @@ def _new_app_values(app: AppState) -> dict[str, Any]:
     values.update(partition=app.partition, app_key=app.app_key, application=app.application)
     values.update(user_name=app.user, queue=app.queue)
     return values
+
+
+def _update_many(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
+    """update_apps of ``rows`` (:func:`_update_params`) as the driver's text and its positional
+    parameters, each value as its column's type sends it."""
+    m, quote = inline.marker(conn), conn.dialect.identifier_preparer.quote
+    whens = " ".join([f"WHEN {m} THEN {m}"] * len(rows))
+    sets: list[str] = []
+    params: list[Any] = []
+    for name, column in _WRITTEN.items():
+        process = column.type._cached_bind_processor(conn.dialect)
+        sets.append(f"{quote(column.name)} = CASE id {whens} ELSE {quote(column.name)} END")
+        for row in rows:
+            params += [row["aid"], process(row[name]) if process is not None else row[name]]
+    ids = ",".join([m] * len(rows))
+    params += [row["aid"] for row in rows]
+    return f"UPDATE quota_applications SET {', '.join(sets)} WHERE id IN ({ids})", tuple(params)  # noqa: S608
 
 
 def _update_params(app: AppState) -> dict[str, Any]:
