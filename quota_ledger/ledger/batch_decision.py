@@ -14,9 +14,10 @@ subtransaction, which costs about a third more server time a call.
 On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the
 keyless reserves of one partition, tracked ones and first uses included, the whole commits) are
 decided by one Python function for all of them, with a few statements whatever their number,
-inside one savepoint, before any step. What it leaves out, its request's step decides. A
-ledger error, or a database error that is not a conflict or a lost connection, undoes the set
-(back to its savepoint) and leaves every request of it to its step.
+before any step. What it leaves out, its request's step decides. A ledger error, or a database
+error that is not a conflict or a lost connection, undoes the set and leaves every request of
+it to its step: the set takes a savepoint before its first write (an :class:`Undo`) and goes
+back to it, so a set that only reads, or fails before it writes, costs no savepoint.
 
 A request whose step raises a ledger error (:class:`OverQuota`, :class:`ReservationNotFound`,
 ...) is rolled back to its own savepoint and leaves the others alone.
@@ -25,11 +26,13 @@ A request whose step raises a ledger error (:class:`OverQuota`, :class:`Reservat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import exc
+from sqlalchemy.engine import NestedTransaction
 
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.pg_fast import Call, FastPath
@@ -78,7 +81,45 @@ class Together(Generic[T]):
 
     group: tuple[Any, ...]
     member: Any
+    #: undoes what it wrote when it raises (see :class:`Undo`)
     decide: Callable[[LedgerTx, list[Any]], Mapping[int, T]]
+
+
+class Undo:
+    """A set's savepoint, taken before its first write: :meth:`on_failure` goes back to it when
+    the set fails with an error that leaves the transaction usable (a ledger error, a database
+    error the database meant); :meth:`rollback` goes back to it so that the set can be decided
+    again; :meth:`release` keeps what the set wrote."""
+
+    def __init__(self, tx: LedgerTx) -> None:
+        self.tx = tx
+        self.savepoint: NestedTransaction | None = None
+
+    def before_write(self) -> None:
+        if self.savepoint is None:
+            self.savepoint = self.tx.conn.begin_nested()
+
+    def rollback(self) -> None:
+        if self.savepoint is not None:
+            self.savepoint.rollback()
+            self.savepoint = None
+
+    def release(self) -> None:
+        if self.savepoint is not None:
+            self.savepoint.commit()
+            self.savepoint = None
+
+    @contextmanager
+    def on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except QuotaLedgerError:
+            self.rollback()
+            raise
+        except exc.DBAPIError as error:
+            if dialect.classify(error) == dialect.FATAL:
+                self.rollback()  # a conflict or a lost connection fails the whole attempt
+            raise
 
 
 class Declined(Exception):
@@ -153,10 +194,10 @@ def decide(tx: LedgerTx, jobs: Sequence[Job], *, plain: bool) -> list[Any]:
 
 def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> None:
     """Decide each set of two or more jobs with equal :attr:`Together.group` by one call of its
-    ``decide`` (sets in the order of their first job), each in a savepoint of its own, and put
-    what it decided in ``decided``. A set that raises a ledger error or a database error the
-    database meant (not a conflict or a lost connection: those fail the attempt, which the
-    driver runs again) is rolled back to its savepoint: its jobs' steps decide them."""
+    ``decide`` (sets in the order of their first job), and put what it decided in ``decided``.
+    A set that raises a ledger error or a database error the database meant (not a conflict or
+    a lost connection: those fail the attempt, which the driver runs again) has undone what it
+    wrote (:class:`Undo`): its jobs' steps decide them."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, job in enumerate(jobs):
         if job.together is not None and i not in decided:
@@ -165,19 +206,15 @@ def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> Non
         if len(members) < 2:
             continue
         sets = [each for i in members if (each := jobs[i].together) is not None]
-        savepoint = tx.conn.begin_nested()
         try:
             values = sets[0].decide(tx, [each.member for each in sets])
         except QuotaLedgerError:
-            savepoint.rollback()
             continue
         except exc.DBAPIError as error:
             if dialect.classify(error) != dialect.FATAL:
                 raise
             log.warning("a set of %d failed (%s): deciding its requests one by one", len(members), error)
-            savepoint.rollback()
             continue
-        savepoint.commit()
         for n, value in values.items():
             decided[members[n]] = value
 

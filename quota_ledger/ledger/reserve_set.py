@@ -39,13 +39,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
-from sqlalchemy.engine import NestedTransaction
-
 from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, reserve, reserve_set_tracking, resource_quotas
-from quota_ledger.ledger.batch_decision import Together
+from quota_ledger.ledger.batch_decision import Together, Undo
 from quota_ledger.ledger.reserve import Request
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.ledger.rules import CompiledRules
@@ -77,27 +75,29 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
     candidates = _candidates(tx, in_force, requests)
     if not candidates:
         return {}
-    undo = _Undo(tx)
-    plan = _plan(tx, in_force, candidates, now, undo)
-    if plan.traces():
-        assert undo.savepoint is not None  # a trace is a write
-        undo.savepoint.rollback()
-        kept = {m.place for m in plan.admitted}
-        if not kept:
-            return {}
-        undo = _Undo(tx)
-        plan = _plan(tx, in_force, [(n, r) for n, r in candidates if n in kept], now, undo)
-        if {m.place for m in plan.admitted} != kept:
-            # cannot happen (the prefix saw the same rows): leave every request to its step
-            if undo.savepoint is not None:
-                undo.savepoint.rollback()
-            return {}
-    made = {m.place: m.request.pending(now) for m in plan.admitted}
-    tx.insert_reservations([(made[m.place], m.request.request_hash, m.request.kube) for m in plan.admitted])
-    tx.apply_counter_deltas(plan.deltas, now)
-    tx.apply_identity_deltas(plan.identity_deltas, now)
-    if undo.savepoint is not None:
-        undo.savepoint.commit()
+    undo = Undo(tx)
+    with undo.on_failure():
+        plan = _plan(tx, in_force, candidates, now, undo)
+        if plan.traces():
+            assert undo.savepoint is not None  # a trace is a write
+            undo.rollback()
+            kept = {m.place for m in plan.admitted}
+            if not kept:
+                return {}
+            plan = _plan(tx, in_force, [(n, r) for n, r in candidates if n in kept], now, undo)
+            if {m.place for m in plan.admitted} != kept:
+                # cannot happen (the prefix saw the same rows): leave every request to its step
+                undo.rollback()
+                return {}
+        made = {m.place: m.request.pending(now) for m in plan.admitted}
+        if made:
+            undo.before_write()
+            tx.insert_reservations(
+                [(made[m.place], m.request.request_hash, m.request.kube) for m in plan.admitted]
+            )
+            tx.apply_counter_deltas(plan.deltas, now)
+            tx.apply_identity_deltas(plan.identity_deltas, now)
+    undo.release()
     return made
 
 
@@ -120,18 +120,6 @@ def _candidates(
         return []
     unnamed = tx.unnamed_resources(found[0][1].partition, {res for _, r in found for res in r.resources})
     return [(n, r) for n, r in found if unnamed.isdisjoint(r.resources)]
-
-
-class _Undo:
-    """A savepoint taken before a set's first write, so that the set can be decided again."""
-
-    def __init__(self, tx: LedgerTx) -> None:
-        self.tx = tx
-        self.savepoint: NestedTransaction | None = None
-
-    def before_write(self) -> None:
-        if self.savepoint is None:
-            self.savepoint = self.tx.conn.begin_nested()
 
 
 @dataclass(slots=True)
@@ -164,7 +152,7 @@ def _plan(
     rules: PartitionRules,
     candidates: Sequence[tuple[int, Request]],
     now: datetime,
-    undo: _Undo,
+    undo: Undo,
 ) -> _Plan:
     """Lock (and create) what ``candidates`` need, in the lock order, and decide the longest
     prefix of the members that fits."""

@@ -31,7 +31,7 @@ from typing import Any
 from quota_ledger.driver.journal import journal_rows
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
-from quota_ledger.ledger.batch_decision import Together
+from quota_ledger.ledger.batch_decision import Together, Undo
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import limits as limit_rules
 from quota_ledger.model import queues, tracking
@@ -123,12 +123,16 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
     if not outcomes:
         return {}
     ids = [r.id for r, _ in outcomes.values()]
-    if tx.commit_reservations(ids, now) != len(ids):
-        raise ReservationStateError(ids[0], ReservationState.PENDING, "commit")  # undone: steps decide
-    tx.append_journal_rows(journal)
-    tx.update_apps(moved[key] for key in sorted(moved))
-    tx.apply_counter_deltas(deltas, now)
-    tx.apply_identity_deltas(identity_deltas, now)
+    undo = Undo(tx)
+    undo.before_write()
+    with undo.on_failure():
+        if tx.commit_reservations(ids, now) != len(ids):
+            raise ReservationStateError(ids[0], ReservationState.PENDING, "commit")  # undone: steps decide
+        tx.append_journal_rows(journal)
+        tx.update_apps(moved[key] for key in sorted(moved))
+        tx.apply_counter_deltas(deltas, now)
+        tx.apply_identity_deltas(identity_deltas, now)
+    undo.release()
     return outcomes
 
 

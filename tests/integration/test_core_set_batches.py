@@ -275,24 +275,34 @@ def test_a_request_that_would_overflow_a_counter_is_left_to_its_step(batched: Qu
     assert batched.audit() == []
 
 
-def test_a_set_that_raises_is_undone_and_each_step_decides(batched: QuotaEngine) -> None:
+def test_a_set_that_raises_is_undone_and_each_step_decides(
+    batched: QuotaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     batched.set_limits("root.u", {"fpga": 5})
     batched.rollback(batched.reserve("root.u", {"fpga": 1}).id)
-    sets: list[int] = []
+    inserted: list[int] = []  # by the set's multi-row insert
+    failed: list[bool] = []
+    insert, add = LedgerTx.insert_reservations, LedgerTx.apply_counter_deltas
 
-    def failing(tx: LedgerTx, members: list[Any]) -> dict[int, Reservation]:
-        made = reserve_set.decide(tx, members, rules=batched.rules)  # writes its rows, then
-        sets.append(len(made))
-        raise ReservationNotFound(ZERO_ID)  # a ledger error: all of it is undone
+    def counted(tx: LedgerTx, rows: Any) -> None:
+        inserted.append(len(rows))
+        insert(tx, rows)
 
+    def failing_once(tx: LedgerTx, deltas: Any, now: Any) -> None:
+        add(tx, deltas, now)  # the set's reservations and counters are written, then
+        if inserted and not failed:
+            failed.append(True)
+            raise ReservationNotFound(ZERO_ID)  # a ledger error: all of it is undone
+
+    monkeypatch.setattr(LedgerTx, "insert_reservations", counted)
+    monkeypatch.setattr(LedgerTx, "apply_counter_deltas", failing_once)
     operations = [batched.prepare_reserve("root.u", {"fpga": 2}) for _ in range(3)]
-    requests = [
-        replace(o.request, together=replace(o.request.together, decide=failing))
-        for o in operations
-        if o.request.together is not None
-    ]
-    outcomes = _flusher(batched).run_many(requests)
-    assert sets == [2]
+    retries = dict(batched.driver.retries)
+    outcomes = _flusher(batched).run_many([o.request for o in operations])
+    assert dict(batched.driver.retries) == retries  # the batch ran once
+    assert inserted == [2]  # the set admitted two before it failed, and its steps decided them
+    assert failed == [True]
+    assert batched.batch_stats.fallbacks == 0  # decided in the batch, not one by one after it
     assert [type(o) for o in outcomes] == [Reservation, Reservation, OverQuota]
     assert batched.usage("root.u")["fpga"].reserved == 4
     assert batched.audit() == []
