@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,7 +26,6 @@ from quota_ledger import (
     ReservationStateError,
 )
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import reserve_set
 from quota_ledger.ledger.group_commit import GroupCommit
 from quota_ledger.model.values import Reservation
 
