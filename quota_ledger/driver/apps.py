@@ -118,6 +118,7 @@ class AppStatements:
 
     conn: Connection
     fast: FastPath | None
+    deferred: list[inline.Statement] | None
 
     def lock_apps(self, partition: str, keys: Iterable[str]) -> dict[str, AppState]:
         wanted = sorted(set(keys))

@@ -192,6 +192,7 @@ class CounterStatements:
     conn: Connection
     backend: str
     fast: FastPath | None
+    deferred: list[inline.Statement] | None
 
     def lock_queue_counters(
         self, partition: str, pairs: Iterable[tuple[str, str]]
@@ -270,7 +271,7 @@ class CounterStatements:
                 },
             )
             return
-        inline.add_to_locked(self.conn, quota_usages, changes, now)
+        inline.write(self.conn, self.deferred, inline.add_to_locked(self.conn, quota_usages, changes, now))
 
     def set_counter_values(self, values: Mapping[int, tuple[int, int]], now: datetime) -> None:
         params = [

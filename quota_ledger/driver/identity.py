@@ -91,6 +91,7 @@ class IdentityStatements:
     conn: Connection
     backend: str
     fast: FastPath | None
+    deferred: list[inline.Statement] | None
 
     def lock_identity_counters(
         self,
@@ -166,7 +167,8 @@ class IdentityStatements:
                 },
             )
         else:
-            inline.add_to_locked(self.conn, quota_identity_usages, changes, now)
+            statements = inline.add_to_locked(self.conn, quota_identity_usages, changes, now)
+            inline.write(self.conn, self.deferred, statements)
 
     def set_identity_counters(self, values: Mapping[int, tuple[int, int, int]], now: datetime) -> None:
         """Set (in_use, reserved, limit) of locked counters."""

@@ -13,11 +13,15 @@ busy engine has met sixty sizes). Written as the driver's own text instead
   ``?``);
 - integers of a statement that holds nothing else may go into its text (``int.__repr__`` of a
   value checked to be an ``int``): they need no escaping.
+
+On MariaDB the writes that end a set (its inserts and its counter updates) may go together as
+one compound statement (``BEGIN NOT ATOMIC ...; END``): one round trip instead of one each, and
+an error in any of them is the statement's error, raised as any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +29,8 @@ from sqlalchemy import Connection, Table
 
 #: rows one inline UPDATE changes at most; more take one statement per slice
 INLINE_SLICE = 512
+#: a statement as the driver's text (placeholders of :func:`marker`) and its parameters
+Statement = tuple[str, tuple[Any, ...]]
 
 
 def marker(conn: Connection) -> str:
@@ -47,20 +53,65 @@ def integer(value: object) -> str:
 
 def add_to_locked(
     conn: Connection, table: Table, changes: Sequence[tuple[int, tuple[int, int]]], now: datetime
-) -> None:
-    """Add its own ``(d_in_use, d_reserved)`` to each row of ``changes`` (id, deltas), rows this
-    transaction has locked already: one UPDATE per :data:`INLINE_SLICE` rows, its ids and
-    deltas in its text."""
-    process = table.c.updated_at.type._cached_bind_processor(conn.dialect)
-    stamp = process(now) if process is not None else now
+) -> list[Statement]:
+    """The UPDATEs that add its own ``(d_in_use, d_reserved)`` to each row of ``changes`` (id,
+    deltas), rows this transaction has locked already: one per :data:`INLINE_SLICE` rows, its
+    ids and deltas in its text."""
+    stamp = _sent(conn, table, "updated_at", now)
+    statements: list[Statement] = []
     for start in range(0, len(changes), INLINE_SLICE):
         part = changes[start : start + INLINE_SLICE]
         ids = ",".join(integer(cid) for cid, _ in part)
         in_use = " ".join(f"WHEN {integer(cid)} THEN {integer(di)}" for cid, (di, _) in part)
         reserved = " ".join(f"WHEN {integer(cid)} THEN {integer(dr)}" for cid, (_, dr) in part)
-        conn.exec_driver_sql(
-            f"UPDATE {table.name} SET in_use = in_use + CASE id {in_use} ELSE 0 END,"  # noqa: S608
-            f" reserved = reserved + CASE id {reserved} ELSE 0 END,"
-            f" updated_at = {marker(conn)} WHERE id IN ({ids})",
-            (stamp,),
+        statements.append(
+            (
+                f"UPDATE {table.name} SET in_use = in_use + CASE id {in_use} ELSE 0 END,"  # noqa: S608
+                f" reserved = reserved + CASE id {reserved} ELSE 0 END,"
+                f" updated_at = {marker(conn)} WHERE id IN ({ids})",
+                (stamp,),
+            )
         )
+    return statements
+
+
+def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> Statement:
+    """One multi-row INSERT of ``rows`` (each with the same columns), each value as its
+    column's type sends it."""
+    names = list(rows[0])
+    quote, m = conn.dialect.identifier_preparer.quote, marker(conn)
+    processors = [table.c[name].type._cached_bind_processor(conn.dialect) for name in names]
+    one = "(" + ",".join([m] * len(names)) + ")"
+    params = tuple(
+        value if process is None else process(value)
+        for row in rows
+        for process, value in zip(processors, (row[name] for name in names), strict=True)
+    )
+    columns = ",".join(quote(name) for name in names)
+    return f"INSERT INTO {table.name} ({columns}) VALUES {','.join([one] * len(rows))}", params  # noqa: S608
+
+
+def run(conn: Connection, statements: Sequence[Statement]) -> None:
+    """Run ``statements`` in order: on MariaDB two or more as one compound statement (one
+    round trip), elsewhere one after another."""
+    if len(statements) > 1 and conn.dialect.name in ("mysql", "mariadb"):
+        body = "".join(f"{sql}; " for sql, _ in statements)
+        conn.exec_driver_sql(f"BEGIN NOT ATOMIC {body}END", tuple(p for _, ps in statements for p in ps))
+        return
+    for sql, params in statements:
+        conn.exec_driver_sql(sql, params)
+
+
+def write(conn: Connection, deferred: list[Statement] | None, statements: Sequence[Statement]) -> None:
+    """Run ``statements`` now, or add them to ``deferred``: the writes of a transaction's
+    ``writes_together`` block, run as one when it ends."""
+    if deferred is not None:
+        deferred.extend(statements)
+    else:
+        run(conn, statements)
+
+
+def _sent(conn: Connection, table: Table, column: str, value: Any) -> Any:
+    """``value`` as ``table.column``'s type sends it to the driver."""
+    process = table.c[column].type._cached_bind_processor(conn.dialect)
+    return value if process is None else process(value)

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy import insert as sa_insert
 
+from quota_ledger.driver import inline
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_journal, reservation_items, reservations
 
@@ -55,6 +56,7 @@ class JournalStatements:
 
     conn: Connection
     fast: FastPath | None
+    deferred: list[inline.Statement] | None
 
     def append_journal(
         self,
@@ -100,7 +102,7 @@ class JournalStatements:
         """Append many journal rows (each a ``quota_journal`` row without its id) with one
         multi-row insert (MariaDB, SQLite)."""
         if rows:
-            self.conn.execute(_INSERT_JOURNAL, list(rows))
+            inline.write(self.conn, self.deferred, [inline.insert_rows(self.conn, quota_journal, rows)])
 
     def operation_recorded(self, operation_id: str) -> bool:
         return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, and_, bindparam, or_, select, update
 from sqlalchemy import insert as sa_insert
 
-from quota_ledger.driver import dialect
+from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import PENDING, reservation_items, reservations
 from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
@@ -184,6 +184,7 @@ class ReservationStatements:
     conn: Connection
     backend: str
     fast: FastPath | None
+    deferred: list[inline.Statement] | None
 
     def find_reservation_by_key(self, partition: str, key: str) -> StoredReservation | None:
         params = {"p": partition, "key": key}
@@ -240,10 +241,11 @@ class ReservationStatements:
         one multi-row insert of the headers and one of the items (MariaDB, SQLite)."""
         if not new:
             return
-        self.conn.execute(_INSERT_HEADER, [_header(r, request_hash, kube) for r, request_hash, kube in new])
-        items = [item for r, _, _ in new for item in _items(r)]
-        if items:
-            self.conn.execute(_INSERT_ITEMS, items)
+        headers = [_header(r, request_hash, kube) for r, request_hash, kube in new]
+        statements = [inline.insert_rows(self.conn, reservations, headers)]
+        if items := [item for r, _, _ in new for item in _items(r)]:
+            statements.append(inline.insert_rows(self.conn, reservation_items, items))
+        inline.write(self.conn, self.deferred, statements)
 
     def lock_reservations(self, ids: Iterable[str]) -> tuple[list[StoredReservation], datetime | None]:
         """Lock many reservation rows (MariaDB, SQLite), in id order, and read the clock (None

@@ -33,13 +33,14 @@ inserts every missing queue and user/group counter before it locks any counter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.engine import NestedTransaction
 
-from quota_ledger.driver import dialect
+from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
 from quota_ledger.driver.counters import CounterStatements
@@ -78,6 +79,8 @@ class LedgerTx(
         self.after_commit: list[Callable[[], None]] = []
         #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_fast)
         self.fast = FastPath(conn) if backend == "postgresql" else None
+        #: inside writes_together: the writes to run as one when the block ends
+        self.deferred: list[inline.Statement] | None = None
 
     def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
         """Take the partition lock (shared or exclusive) and return the database clock."""
@@ -108,6 +111,24 @@ class LedgerTx(
         """On PostgreSQL, a savepoint: rolling back to it lets go of the row locks taken since
         (a subtransaction's locks end with it). Elsewhere None: InnoDB keeps them anyway."""
         return self.conn.begin_nested() if self.backend == "postgresql" else None
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """The inserts and counter updates inside the block (``insert_reservations``,
+        ``append_journal_rows``, ``update_apps``, ``apply_counter_deltas``,
+        ``apply_identity_deltas``) run when it ends, in order, as one compound statement on
+        MariaDB (one round trip). Nothing inside may read what they write; a block left by an
+        error runs none of them."""
+        if self.deferred is not None or self.fast is not None:
+            yield
+            return
+        self.deferred = []
+        try:
+            yield
+            statements = self.deferred
+        finally:
+            self.deferred = None
+        inline.run(self.conn, statements)
 
     def db_now(self) -> datetime:
         """The database clock."""

@@ -92,11 +92,12 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
         made = {m.place: m.request.pending(now) for m in plan.admitted}
         if made:
             undo.before_write()
-            tx.insert_reservations(
-                [(made[m.place], m.request.request_hash, m.request.kube) for m in plan.admitted]
-            )
-            tx.apply_counter_deltas(plan.deltas, now)
-            tx.apply_identity_deltas(plan.identity_deltas, now)
+            with tx.writes_together():
+                tx.insert_reservations(
+                    [(made[m.place], m.request.request_hash, m.request.kube) for m in plan.admitted]
+                )
+                tx.apply_counter_deltas(plan.deltas, now)
+                tx.apply_identity_deltas(plan.identity_deltas, now)
     undo.release()
     return made
 

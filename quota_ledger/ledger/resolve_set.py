@@ -128,10 +128,11 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
     with undo.on_failure():
         if tx.commit_reservations(ids, now) != len(ids):
             raise ReservationStateError(ids[0], ReservationState.PENDING, "commit")  # undone: steps decide
-        tx.append_journal_rows(journal)
-        tx.update_apps(moved[key] for key in sorted(moved))
-        tx.apply_counter_deltas(deltas, now)
-        tx.apply_identity_deltas(identity_deltas, now)
+        with tx.writes_together():
+            tx.append_journal_rows(journal)
+            tx.update_apps(moved[key] for key in sorted(moved))
+            tx.apply_counter_deltas(deltas, now)
+            tx.apply_identity_deltas(identity_deltas, now)
     undo.release()
     return outcomes
 
