@@ -166,11 +166,11 @@ class AppStatements:
         written as the driver's own text (see :mod:`.inline`); not an ``executemany``, which
         PyMySQL runs as a round trip per row."""
         rows = sorted((app for app in apps), key=lambda app: app.id or 0)
-        for start in range(0, len(rows), ADD_SLICE):
-            sql, params = _update_many(
-                self.conn, [_update_params(app) for app in rows[start : start + ADD_SLICE]]
-            )
-            self.conn.exec_driver_sql(sql, params)
+        statements = [
+            _update_many(self.conn, [_update_params(app) for app in rows[start : start + ADD_SLICE]])
+            for start in range(0, len(rows), ADD_SLICE)
+        ]
+        inline.write(self.conn, self.deferred, statements)
 
     def update_app(self, app: AppState) -> None:
         params = _update_params(app)
@@ -237,7 +237,7 @@ def _new_app_values(app: AppState) -> dict[str, Any]:
     return values
 
 
-def _update_many(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[Any, ...]]:
+def _update_many(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> inline.Statement:
     """update_apps of ``rows`` (:func:`_update_params`) as the driver's text and its positional
     parameters, each value as its column's type sends it."""
     m, quote = inline.marker(conn), conn.dialect.identifier_preparer.quote
