@@ -13,7 +13,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import inline
-from quota_ledger.driver.counters import ADD_SLICE, force_index
+from quota_ledger.driver.counters import force_index
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_app_summaries, quota_applications
 from quota_ledger.model.tracking import AppState
@@ -75,6 +75,8 @@ _APPS_OF_USER = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.u
 _APPS_OF_GROUP = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"), _A.group_name == bindparam("n"))
 _ALL_APPS = select(*_APP_COLUMNS).where(_A.partition == bindparam("p"))
 _INSERT_APP = sa_insert(quota_applications)
+#: rows one update_apps statement writes at most; more take one statement per slice
+ADD_SLICE = 32
 #: the columns update_app and update_apps write, by the name of their parameter
 _WRITTEN = {
     "v_user": _A.user_name,
@@ -162,7 +164,7 @@ class AppStatements:
 
     def update_apps(self, apps: Iterable[AppState]) -> None:
         """Write application rows this transaction holds (MariaDB, SQLite): one statement per
-        :data:`~quota_ledger.driver.counters.ADD_SLICE` rows, each column a CASE on the id,
+        :data:`ADD_SLICE` rows, each column a CASE on the id,
         written as the driver's own text (see :mod:`.inline`); not an ``executemany``, which
         PyMySQL runs as a round trip per row."""
         rows = sorted((app for app in apps), key=lambda app: app.id or 0)
@@ -245,10 +247,10 @@ def _update_many(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> inline.
     sets: list[str] = []
     params: list[Any] = []
     for name, column in _WRITTEN.items():
-        process = column.type._cached_bind_processor(conn.dialect)
+        process = inline.sent(conn, column)
         sets.append(f"{quote(column.name)} = CASE id {whens} ELSE {quote(column.name)} END")
         for row in rows:
-            params += [row["aid"], process(row[name]) if process is not None else row[name]]
+            params += [row["aid"], process(row[name])]
     ids = ",".join([m] * len(rows))
     params += [row["aid"] for row in rows]
     return f"UPDATE quota_applications SET {', '.join(sets)} WHERE id IN ({ids})", tuple(params)  # noqa: S608

@@ -168,10 +168,6 @@ _ALL_COUNTERS = (
 _RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
 
 
-#: rows one update_apps statement changes at most; more take one statement per slice
-ADD_SLICE = 32
-
-
 @lru_cache(maxsize=64)
 def _names_resources(count: int) -> Any:
     """named_resources of ``count`` resources: one EXISTS each (the scan of the partition's

@@ -42,9 +42,9 @@ PG_LOCK_IDENTITY = (
 # lock_identity_keys: the counters of whole keys (step 7), one lookup each, where the product
 # above takes every combination of the keys' parts: hundreds of lookups for a batch of users on
 # deep queues, a few dozen of them counters anyone asked for. Written as the driver's text (see
-# inline), {m} its placeholder: on MariaDB a row value IN (a range on the whole unique key); on
-# SQLite one lookup per key, OR-ed, as its planner looks a row value IN up by its first column
-# only (the partition's every counter).
+# inline), {keys} the placeholders of the keys: on MariaDB a row value IN (a range on the whole
+# unique key); on SQLite one lookup per key, OR-ed, as its planner looks a row value IN up by
+# its first column only (the partition's every counter).
 _MY_LOCK_IDENTITY_KEYS = (
     f"SELECT {_PG_IDENTITY} FROM quota_identity_usages FORCE INDEX ({_IDENTITY_INDEX})"  # noqa: S608
     " WHERE `partition` = %s AND (kind, name, queue, resource) IN ({keys})"

@@ -21,11 +21,11 @@ an error in any of them is the statement's error, raised as any other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import ColumnElement, Connection, Table
 
 #: rows one inline UPDATE changes at most; more take one statement per slice
 INLINE_SLICE = 512
@@ -57,7 +57,7 @@ def add_to_locked(
     """The UPDATEs that add its own ``(d_in_use, d_reserved)`` to each row of ``changes`` (id,
     deltas), rows this transaction has locked already: one per :data:`INLINE_SLICE` rows, its
     ids and deltas in its text."""
-    stamp = _sent(conn, table, "updated_at", now)
+    stamp = sent(conn, table.c.updated_at)(now)
     statements: list[Statement] = []
     for start in range(0, len(changes), INLINE_SLICE):
         part = changes[start : start + INLINE_SLICE]
@@ -80,12 +80,10 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     column's type sends it."""
     names = list(rows[0])
     quote, m = conn.dialect.identifier_preparer.quote, marker(conn)
-    processors = [table.c[name].type._cached_bind_processor(conn.dialect) for name in names]
+    processors = [sent(conn, table.c[name]) for name in names]
     one = "(" + ",".join([m] * len(names)) + ")"
     params = tuple(
-        value if process is None else process(value)
-        for row in rows
-        for process, value in zip(processors, (row[name] for name in names), strict=True)
+        process(row[name]) for row in rows for process, name in zip(processors, names, strict=True)
     )
     columns = ",".join(quote(name) for name in names)
     return f"INSERT INTO {table.name} ({columns}) VALUES {','.join([one] * len(rows))}", params  # noqa: S608
@@ -111,7 +109,11 @@ def write(conn: Connection, deferred: list[Statement] | None, statements: Sequen
         run(conn, statements)
 
 
-def _sent(conn: Connection, table: Table, column: str, value: Any) -> Any:
-    """``value`` as ``table.column``'s type sends it to the driver."""
-    process = table.c[column].type._cached_bind_processor(conn.dialect)
-    return value if process is None else process(value)
+def sent(conn: Connection, column: ColumnElement[Any]) -> Callable[[Any], Any]:
+    """How ``column``'s type sends a value to the driver (SQLite's dates as text, ...)."""
+    process = column.type._cached_bind_processor(conn.dialect)
+    return process if process is not None else _as_is
+
+
+def _as_is(value: Any) -> Any:
+    return value

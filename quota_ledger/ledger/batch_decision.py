@@ -113,13 +113,20 @@ class Undo:
     def on_failure(self) -> Iterator[None]:
         try:
             yield
-        except QuotaLedgerError:
-            self.rollback()
+        except Exception as error:
+            if set_failed(error):
+                self.rollback()  # (a conflict or a lost connection fails the whole attempt)
             raise
-        except exc.DBAPIError as error:
-            if dialect.classify(error) == dialect.FATAL:
-                self.rollback()  # a conflict or a lost connection fails the whole attempt
-            raise
+
+
+def set_failed(error: Exception) -> bool:
+    """Whether ``error`` fails a set but leaves its transaction usable, so that the set is
+    undone and its requests' steps decide them: a ledger error, or a database error the
+    database meant (not a conflict or a lost connection: those fail the attempt, which the
+    driver runs again)."""
+    if isinstance(error, QuotaLedgerError):
+        return True
+    return isinstance(error, exc.DBAPIError) and dialect.classify(error) == dialect.FATAL
 
 
 class Declined(Exception):
@@ -208,12 +215,11 @@ def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> Non
         sets = [each for i in members if (each := jobs[i].together) is not None]
         try:
             values = sets[0].decide(tx, [each.member for each in sets])
-        except QuotaLedgerError:
-            continue
-        except exc.DBAPIError as error:
-            if dialect.classify(error) != dialect.FATAL:
+        except Exception as error:
+            if not set_failed(error):
                 raise
-            log.warning("a set of %d failed (%s): deciding its requests one by one", len(members), error)
+            if not isinstance(error, QuotaLedgerError):
+                log.warning("a set of %d failed (%s): deciding its requests one by one", len(members), error)
             continue
         for n, value in values.items():
             decided[members[n]] = value

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
-from quota_ledger.driver.counters import ADD_SLICE
+from quota_ledger.driver.apps import ADD_SLICE
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model.tracking import AppState
 
