@@ -13,6 +13,12 @@ for reads that tolerate bounded staleness.
   e.g. while it receives a state transfer) is skipped. It does not move back by itself.
 - SQLite: one URL; a list is an :class:`InvalidRequest`.
 
+Every TCP connection to a server probes a silent peer (:data:`KEEPALIVE`): a host that vanishes
+without closing its connections (power loss, a network partition) fails the statement waiting on
+it within about half a minute, as a lost connection, instead of after TCP's own timeouts (two
+hours idle, a quarter of an hour with bytes unacknowledged). A PostgreSQL URL's own ``keepalives*``
+or ``tcp_user_timeout`` win.
+
 Connections to a node that died are discarded at once: every error that :func:`dialect.classify`
 calls a disconnect (a Galera node that is not ready included) invalidates the connection and the
 whole pool, so the next attempt opens a new
@@ -23,6 +29,7 @@ connection, which goes where the list says. This costs nothing while all is well
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -41,6 +48,24 @@ Urls = str | URL | Sequence[str | URL]
 
 #: seconds a connection attempt waits for one host when its URL sets no ``connect_timeout``
 CONNECT_TIMEOUT = 5
+
+#: TCP keepalive of every server connection, by libpq's names: probes after ``keepalives_idle``
+#: seconds of silence, then every ``keepalives_interval``; the connection fails once probes or a
+#: statement's bytes go unacknowledged for ``tcp_user_timeout`` milliseconds
+KEEPALIVE = {
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+}
+
+#: the socket options of :data:`KEEPALIVE` (``socket`` constants; those a platform lacks are left out)
+_SOCKET_OPTIONS = (
+    ("TCP_KEEPIDLE", KEEPALIVE["keepalives_idle"]),
+    ("TCP_KEEPINTVL", KEEPALIVE["keepalives_interval"]),
+    ("TCP_KEEPCNT", KEEPALIVE["keepalives_count"]),
+    ("TCP_USER_TIMEOUT", KEEPALIVE["tcp_user_timeout"]),
+)
 
 #: ``wsrep_sync_wait`` of the writer's sessions on Galera: reads wait for the cluster
 GALERA_SYNC_WAIT = 1
@@ -124,7 +149,8 @@ def _invalidate_on_disconnect(context: ExceptionContext) -> None:
 
 def postgres_url(urls: Sequence[URL], *, writer: bool) -> URL:
     """One libpq URL for ``urls``: several plain URLs become one multi-host URL, which a writer
-    asks to be a primary; every host waits :data:`CONNECT_TIMEOUT` seconds unless it says."""
+    asks to be a primary; every host waits :data:`CONNECT_TIMEOUT` seconds and keeps its
+    connections alive (:data:`KEEPALIVE`) unless it says otherwise."""
     first = urls[0]
     url = first if len(urls) == 1 else _merge_hosts(urls)
     query = dict(url.query)
@@ -133,6 +159,9 @@ def postgres_url(urls: Sequence[URL], *, writer: bool) -> URL:
     if writer and several:
         query.setdefault("target_session_attrs", "read-write")
     query.setdefault("connect_timeout", str(CONNECT_TIMEOUT))
+    query.setdefault("keepalives", "1")
+    for name, value in KEEPALIVE.items():
+        query.setdefault(name, str(value))
     return url.set(query=query)
 
 
@@ -223,6 +252,7 @@ class MariaDbNodes:
         args, params = self._params[index]
         conn = self._connect(*args, **params)
         try:
+            keep_alive(conn)
             with conn.cursor() as cur:
                 cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
                 row = cur.fetchone()
@@ -252,3 +282,14 @@ class MariaDbNodes:
         if (str(dbapi_conn.host), int(dbapi_conn.port)) != current:
             # The pool opens a new connection, on the current node, in its place.
             raise exc.DisconnectionError("pooled connection to a node that no longer writes")
+
+
+def keep_alive(conn: Any) -> None:
+    """Set :data:`KEEPALIVE` on a PyMySQL connection's TCP socket (a Unix socket needs none)."""
+    sock = getattr(conn, "_sock", None)  # PyMySQL's socket: it has no public accessor
+    if not isinstance(sock, socket.socket) or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in _SOCKET_OPTIONS:
+        if (option := getattr(socket, name, None)) is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)

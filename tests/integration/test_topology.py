@@ -3,6 +3,7 @@ machine's servers. A dead host is a closed loopback port, or a TCP forwarder the
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -49,6 +50,35 @@ def test_a_dead_first_writer_is_passed_over(server_db_url: URL) -> None:
         assert engine.usage("root.a")["fpga"].in_use == 2
         # The refused host costs no retry: the connection attempt goes on to the next one.
         assert engine.driver.retries["disconnect"] == 0
+
+
+def _tcp_options(fd: int) -> dict[str, int]:
+    """The keepalive options of the TCP socket behind descriptor ``fd``, as the kernel holds them."""
+    with socket.socket(fileno=os.dup(fd)) as sock:  # the same socket through a descriptor of its own
+        return {
+            "SO_KEEPALIVE": int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0),
+            "keepalives_idle": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            "keepalives_interval": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+            "keepalives_count": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+            "tcp_user_timeout": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        }
+
+
+def test_server_connections_probe_a_silent_peer(server_db_url: URL) -> None:
+    with QuotaEngine.from_url(server_db_url) as engine, engine.driver.engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        if server_db_url.get_backend_name() == "postgresql":
+            given = raw.info.get_parameters()
+            assert {name: given.get(name) for name in topology.KEEPALIVE} == {
+                name: str(value) for name, value in topology.KEEPALIVE.items()
+            }
+            # The embedded server of a fresh machine listens on a Unix socket: no TCP to probe.
+            tcp = not str(raw.info.host).startswith("/")
+            fd = raw.fileno()
+        else:
+            tcp, fd = True, raw._sock.fileno()  # PyMySQL's socket
+        if tcp:
+            assert _tcp_options(fd) == {"SO_KEEPALIVE": 1, **topology.KEEPALIVE}
 
 
 def test_a_libpq_multi_host_url_finds_the_primary(postgres_url: URL) -> None:

@@ -75,7 +75,22 @@ def test_a_libpq_multi_host_url_keeps_what_it_says() -> None:
 def test_one_plain_postgresql_url_may_reach_any_kind_of_server() -> None:
     urls = topology.url_list("postgresql://ql@db1/ledger?connect_timeout=2")
     url = topology.postgres_url(urls, writer=True)
-    assert (url.host, dict(url.query)) == ("db1", {"connect_timeout": "2"})
+    assert url.host == "db1"
+    assert "target_session_attrs" not in url.query
+    assert url.query["connect_timeout"] == "2"
+
+
+def test_postgresql_connections_are_kept_alive_unless_the_url_says_otherwise() -> None:
+    [plain] = topology.url_list("postgresql://ql@db1/ledger")
+    query = topology.postgres_url([plain], writer=True).query
+    assert query["keepalives"] == "1"
+    assert {name: query[name] for name in topology.KEEPALIVE} == {
+        name: str(value) for name, value in topology.KEEPALIVE.items()
+    }
+    [own] = topology.url_list("postgresql://ql@db1/ledger?keepalives_idle=300&tcp_user_timeout=0")
+    query = topology.postgres_url([own], writer=False).query
+    assert (query["keepalives_idle"], query["tcp_user_timeout"]) == ("300", "0")
+    assert query["keepalives_count"] == str(topology.KEEPALIVE["keepalives_count"])
 
 
 @pytest.mark.parametrize(
