@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -44,11 +45,34 @@ class ClusterError(RuntimeError):
     started or stopped."""
 
 
+#: ports already handed out by this process
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port nothing listens on, for a server to bind later.
+
+    It is taken below the machine's ephemeral range (``ip_local_port_range``), where the kernel
+    picks the local ports of outgoing connections: a port from that range (what binding port 0
+    gives) may become a client connection's between this check and the server's bind, which
+    then fails with "Address already in use". Below it only another listener can take it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise ClusterError(f"no free loopback port below {low}")
 
 
 def server_binaries() -> Path:
