@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import ledger_load
 import pymysql
 from ledger_load import Ack
 
@@ -113,22 +114,7 @@ def lost_acks(node: Node, database: str, acks: Mapping[str, Ack]) -> list[str]:
     """Every acknowledged operation ``node``'s tables do not show (empty: none lost)."""
     rows = node.query(f"SELECT id, `key`, state, released_at IS NOT NULL FROM `{database}`.reservations")
     stored = {str(rid): (str(key), str(state), bool(released)) for rid, key, state, released in rows}
-    lost: list[str] = []
-    for ack in acks.values():
-        found = stored.get(ack.id)
-        if found is None:
-            lost.append(f"{node.name}: {ack.state} reservation {ack.id} ({ack.key}) is missing")
-            continue
-        key, state, released = found
-        agrees = {
-            "pending": True,  # what followed was not acknowledged: any state will do
-            "committed": state == "committed",
-            "rolled_back": state == "rolled_back",
-            "released": state == "committed" and released,
-        }[ack.state]
-        if key != ack.key or not agrees:
-            lost.append(f"{node.name}: {ack.id} ({ack.key}) acknowledged {ack.state}, stored {found}")
-    return lost
+    return ledger_load.lost(node.name, stored, acks)
 
 
 def writers(nodes: Sequence[Node], database: str) -> list[str]:

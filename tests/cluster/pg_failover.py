@@ -1,7 +1,7 @@
 """The PostgreSQL primary killed under load and its standby promoted, measured.
 
 :func:`failover` migrates a fresh database on a :class:`PgReplication` pair, starts the load of
-:mod:`failover_load` on an engine given both hosts (the primary first) and an over-limit sampler
+:mod:`ledger_load` (:func:`shape`) on an engine given both hosts (the primary first) and an over-limit sampler
 on each server, lets it run, kills the primary with ``kill -9``, promotes the standby (after
 ``promote_delay`` seconds: how long an operator or a failover manager takes to decide), waits
 until an operation started after the kill is answered, lets the load run on, and then checks the
@@ -19,14 +19,15 @@ import signal
 import statistics
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import failover_load
+import ledger_load
+import pg_checks
 import psycopg
-from failover_load import Load, OverLimitSampler, Tally
+from ledger_load import Load, LoadResult, Shape
+from pg_checks import OverLimitSampler
 from pg_cluster import PgCluster
 from pg_replication import STANDBY_NAME, PgReplication
 
@@ -34,6 +35,24 @@ from quota_ledger import Drift, QuotaEngine
 
 #: seconds of load before the measured window starts (connections, caches)
 WARMUP = 1.0
+
+
+def shape(threads: int) -> Shape:
+    """The load of a failover: one hot queue and as many cold ones as clients under a parent
+    with a limit of its own, so that each of them refuses now and then; 1 to 3 ``fpga`` a
+    reservation; a call the driver gave up on is made again until it is answered."""
+    return Shape(
+        threads=threads,
+        hot_queues=1,
+        cold_queues=threads,
+        hot_limit=5 * threads,
+        cold_limit=12,
+        cold_parent_limit=6 * threads,
+        most=3,
+        rollback_share=0.2,
+        again=None,
+        pause=0.05,
+    )
 
 
 def writer_engine(primary: str, standby: str, attrs: str = "read-write", **options: Any) -> QuotaEngine:
@@ -66,8 +85,8 @@ class Window:
         return f"{self.rate:.0f} ops/s, p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms"
 
 
-def window(tally: Tally, start: float, end: float) -> Window:
-    taken = sorted(seconds for at, seconds in tally.answers if start <= at < end)
+def window(result: LoadResult, start: float, end: float) -> Window:
+    taken = sorted(answered - sent for sent, answered in result.spans if start <= answered < end)
     if not taken:
         return Window(seconds=end - start, answered=0, p50_ms=0.0, p99_ms=0.0)
     p99 = taken[min(len(taken) - 1, int(len(taken) * 0.99))]
@@ -82,7 +101,7 @@ class Figures:
 
     mode: str
     threads: int
-    tally: Tally
+    result: LoadResult
     before: Window
     after: Window | None = None
     #: seconds from the kill to the first answer of an operation started after it
@@ -93,8 +112,8 @@ class Figures:
     orphaned: float | None = None
     #: per server: (samples, samples that failed, samples that found a counter over its limit)
     samples: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    #: acknowledged keys the promoted server does not hold as acknowledged: key -> what it holds
-    lost: dict[str, str] = field(default_factory=dict)
+    #: acknowledgements the promoted server does not hold, or that a later answer contradicted
+    lost: list[str] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)
 
     @property
@@ -102,7 +121,7 @@ class Figures:
         return sum(v for _, _, v in self.samples.values())
 
     def lines(self) -> list[str]:
-        t = self.tally
+        t = self.result
         made = [
             f"{self.mode}, {self.threads} threads: {sum(t.done.values())} operations answered {dict(t.done)}",
             f"  {'load' if self.mode == 'standalone' else 'before the kill'}: {self.before.describe()}",
@@ -118,18 +137,19 @@ class Figures:
         for node, (n, failed, bad) in self.samples.items():
             made.append(f"  sampler {node}: {n} samples, {failed} failed, {bad} over a limit")
         if self.after is not None:
-            made.append(f"  acknowledged reservations {len(t.acked)}, lost {len(self.lost)}")
-            kinds = Counter(self.lost.values())
-            made += [f"    {n} x {kind}" for kind, n in kinds.most_common()]
+            made.append(f"  acknowledged reservations {len(t.acks)}, lost {len(self.lost)}")
+            made += [f"    {line}" for line in self.lost[:10]]
             made.append(f"  audit on the promoted server: {len(self.drift)} drifts")
-        made.append(f"  errors by type: {dict(t.errors) or 'none'}; untyped {t.untyped}")
+        made.append(
+            f"  refused {t.refused}; errors by type: {dict(t.errors) or 'none'}; untyped {len(t.unexpected)}"
+        )
         return made
 
 
 def _ledger(url: str, threads: int) -> None:
     with QuotaEngine.from_url(url) as engine:
         engine.migrate()
-        failover_load.prepare(engine, threads)
+        ledger_load.prepare(engine, shape(threads))
 
 
 def failover(
@@ -159,7 +179,7 @@ def failover(
     pair.wait_replayed()
     samplers = {"primary": OverLimitSampler(primary_url), "standby": OverLimitSampler(standby_url)}
     engine = writer_engine(primary_url, standby_url, attrs)
-    load = Load(engine, threads)
+    load = Load([engine], shape(threads))
     try:
         for sampler in samplers.values():
             sampler.start()
@@ -176,11 +196,11 @@ def failover(
         pair.promote()
         promoted = time.monotonic()
         deadline = promoted + recovery_timeout
-        while load.latest_start < gone and time.monotonic() < deadline:
+        while load.latest_sent < gone and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(after)
     finally:
-        tally = load.stop()
+        result = load.stop()
         stopped = time.monotonic()
         for sampler in samplers.values():
             sampler.stop()
@@ -190,21 +210,21 @@ def failover(
         engine.close()
     # The killed primary's backends (its walsender too) live on until they notice: an operation
     # sent before they are gone may still be answered by the dead primary.
-    answered_after = [end for begin, end in tally.spans if begin >= gone]
-    recovered = min(answered_after) if answered_after else None
+    waited = result.first_answer_after(gone)
+    recovered = None if waited is None else gone + waited
     mode = ("sync" if pair.synchronous else "async") + ("" if whole else ", postmaster killed")
     mode += f", WAL sender stopped {lag:g} s before the kill" if lag else ""
     return Figures(
         mode=mode if attrs == "read-write" else f"{mode}, target_session_attrs={attrs}",
         threads=threads,
-        tally=tally,
-        before=window(tally, started + WARMUP, killed),
-        after=None if recovered is None else window(tally, recovered, stopped),
+        result=result,
+        before=window(result, started + WARMUP, killed),
+        after=None if recovered is None else window(result, recovered, stopped),
         recovery=None if recovered is None else recovered - killed,
         promoted=promoted - killed,
         orphaned=gone - killed,
         samples={name: (s.samples, s.failed, s.violations) for name, s in samplers.items()},
-        lost=failover_load.lost(standby_url, tally.acked),
+        lost=pg_checks.lost_acks(standby_url, result.acks),
         drift=drift,
     )
 
@@ -275,12 +295,12 @@ def standalone(*, threads: int, seconds: float, root: Path | None = None) -> Fig
         sampler = OverLimitSampler(url)
         sampler.start()
         with QuotaEngine.from_url(url) as engine:
-            load = Load(engine, threads)
+            load = Load([engine], shape(threads))
             started = time.monotonic()
             load.start()
             time.sleep(seconds + WARMUP)
             ended = time.monotonic()
-            tally = load.stop()
+            result = load.stop()
         sampler.stop()
     finally:
         server.destroy()
@@ -288,8 +308,8 @@ def standalone(*, threads: int, seconds: float, root: Path | None = None) -> Fig
     return Figures(
         mode="standalone",
         threads=threads,
-        tally=tally,
-        before=window(tally, started + WARMUP, ended),
+        result=result,
+        before=window(result, started + WARMUP, ended),
         samples={"server": (sampler.samples, sampler.failed, sampler.violations)},
     )
 
@@ -312,8 +332,9 @@ def table(alone: list[Figures], failed_over: Figures) -> str:
         f" (promoted {failed_over.promoted or 0:.2f} s after the kill)",
         f"- over-limit samples: {failed_over.violations + sum(f.violations for f in alone)}"
         f" of {sum(n for n, _, _ in failed_over.samples.values())}",
-        f"- acknowledged reservations: {len(failed_over.tally.acked)}, lost: {len(failed_over.lost)}",
-        f"- errors by type: {dict(failed_over.tally.errors)}, untyped: {failed_over.tally.untyped}",
+        f"- acknowledged reservations: {len(failed_over.result.acks)}, lost: {len(failed_over.lost)}",
+        f"- refused: {failed_over.result.refused}, errors by type: {dict(failed_over.result.errors)},"
+        f" untyped: {len(failed_over.result.unexpected)}",
         f"- audit on the promoted server: {len(failed_over.drift)} drifts",
     ]
     return "\n".join(made)
