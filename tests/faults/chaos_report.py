@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from chaos_callers import SERVED, UNEXPECTED, UNTYPED, Reply
 
+from quota_ledger.ledger.group_commit import BatchStats
+
 
 @dataclass
 class FaultRecord:
@@ -58,6 +60,8 @@ class Report:
     sample_violations: list[str]
     invariants: dict[str, list[str]]
     drift: list[str]
+    #: what group commit decided in the ``batching`` phases
+    batches: BatchStats
 
     def violations(self) -> int:
         found = len(self.sample_violations) + len(self.drift)
@@ -77,7 +81,7 @@ class Report:
         return found
 
     def table(self) -> str:
-        s = self.stats
+        s, b = self.stats, self.batches
         ops = sum(s.served.values())
         lines = [
             "| figure | value |",
@@ -92,6 +96,8 @@ class Report:
             f"| unexpected typed errors | {len(s.unexpected)} |",
             f"| operations given up (in doubt) | {s.gave_up} |",
             f"| backends terminated | {self.terminated:,} |",
+            f"| group commit (batching phases) | {b.requests:,} requests in {b.batches:,} transactions,"
+            f" largest {b.largest}, {b.fallbacks} fallbacks |",
             f"| limit samples | {self.samples:,} |",
             f"| invariant violations | {self.violations()} |",
         ]

@@ -69,7 +69,7 @@ class Fault:
 @dataclass(frozen=True)
 class Phase:
     name: str
-    mode: str  # "library" or "http"
+    mode: str  # "library", "batching" (the library with batching=True) or "http"
     seconds: float
     faults: tuple[Fault, ...] = ()
     #: terminate every backend at random intervals in this range (seconds); None: never
@@ -262,6 +262,7 @@ def run(
     database = f"chaos_{uuid.uuid4().hex[:8]}"
     url = cluster.create_database(database)
     engine = QuotaEngine.from_url(url, pool_size=threads + 4)
+    batched = QuotaEngine.from_url(url, pool_size=threads + 4, batching=True)
     began = time.monotonic()
     books, stats = Books(), Stats()
     faults: list[FaultRecord] = []
@@ -275,7 +276,8 @@ def run(
         for phase in phases:
             kinds = ", ".join(f.kind for f in phase.faults) or "none"
             say(f"phase {phase.name}: {phase.mode}, {phase.seconds:g} s, faults: {kinds}")
-            _phase(cluster, database, url, engine, phase, threads, rng, books, stats, faults, terminated)
+            calls = batched if phase.mode == "batching" else engine
+            _phase(cluster, database, url, calls, phase, threads, rng, books, stats, faults, terminated)
         sampler.stop.set()
         sampler.join(30)
         say("checking")
@@ -284,6 +286,7 @@ def run(
     finally:
         sampler.stop.set()
         engine.close()
+        batched.close()
     for record in faults:
         record.recovery = recovery(stats, record)
     return Report(
@@ -297,6 +300,7 @@ def run(
         sample_violations=sampler.violations,
         invariants=invariants,
         drift=drift,
+        batches=batched.batch_stats,
     )
 
 
