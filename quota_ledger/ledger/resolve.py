@@ -6,9 +6,8 @@ reservation not found, not pending, past its expiry, or without its application 
 general path, a transaction of steps on :class:`LedgerTx`, then says which. Rollback, partial
 commits and every commit on the other engines take the general path.
 
-A pending reservation's own rows are written first, then its
-application row, then the shared counters in the canonical lock order (see
-:mod:`quota_ledger.driver.tx`).
+A pending reservation's own rows are written first, then its application row, then the shared
+counters in the canonical lock order (see :mod:`quota_ledger.driver.tx`).
 """
 
 from __future__ import annotations
