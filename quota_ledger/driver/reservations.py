@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Integer, and_, bindparam, or_, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect, inline
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.driver.schema import PENDING, reservation_items, reservations
 from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
 
@@ -54,7 +54,13 @@ PG_FIND_BY_KEY = (
 )
 # find_reservation: no lock.
 _FIND_BY_ID = select(*_HEADER, *_ITEM).select_from(_JOINED).where(_R.id == bindparam("id"))
-# lock_reservation: locks the reservation header row (step 3) and reads the clock.
+# lock_reservation: locks the reservation header row (step 3) and reads the clock. MariaDB's
+# locking read returns the newest committed rows, and SQLite writes one at a time, so there the
+# header and its items come with the lock. On PostgreSQL, under READ COMMITTED, a row lock that
+# waited for another transaction refreshes the locked row alone: the items joined beside it
+# would still be those of the statement's snapshot, from before that transaction (a release
+# racing a commit would see the reservation committed with nothing committed). There the lock
+# is one statement and the read a second one, with a snapshot taken after the lock.
 _LOCK_BY_ID = (
     select(*_HEADER, *_ITEM, dialect.utcnow().label("db_now"))
     .select_from(_JOINED)
@@ -62,9 +68,12 @@ _LOCK_BY_ID = (
     .with_for_update(of=reservations)
 )
 PG_LOCK_BY_ID = (
-    f"SELECT {_PG_HEADER}, TIMEZONE('UTC', clock_timestamp()) AS db_now"  # noqa: S608 - constants only
-    " FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"
-    " WHERE r.id = %(id)s FOR UPDATE OF r"
+    "SELECT TIMEZONE('UTC', clock_timestamp()) AS db_now FROM reservations"
+    " WHERE id = %(id)s FOR UPDATE"
+)
+PG_READ_BY_ID = (
+    f"SELECT {_PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
+    " WHERE r.id = %(id)s"
 )
 # lock_expired: locks up to :n expired pending reservations, skipping rows others hold (step 3).
 # :now is bound (read from the database first): a volatile clock call here would keep PostgreSQL
@@ -134,7 +143,14 @@ _COMMIT_ALL_ITEMS = (
     update(reservation_items).where(_I.reservation_id == bindparam("rid")).values(committed=_I.amount)
 )
 PG_COMMIT_ALL_ITEMS = "UPDATE reservation_items SET committed = amount WHERE reservation_id = %(rid)s"
-# lock_reservations: locks many reservation header rows in id order (step 3) and reads the clock.
+# lock_reservations: locks many reservation header rows in id order (step 3) and reads the clock;
+# on PostgreSQL the rows are read by a second statement, after the lock (as lock_reservation).
+_LOCK_MANY_IDS = (
+    select(_R.id, dialect.utcnow().label("db_now"))
+    .where(_R.id.in_(bindparam("ids", expanding=True)))
+    .order_by(_R.id)
+    .with_for_update()
+)
 _LOCK_MANY = (
     select(*_HEADER, *_ITEM, dialect.utcnow().label("db_now"))
     .select_from(_JOINED)
@@ -197,12 +213,15 @@ class ReservationStatements:
 
     def lock_reservation(self, reservation_id: str) -> tuple[StoredReservation, datetime] | None:
         """Lock one reservation row and read the clock."""
+        params = {"id": reservation_id}
         if self.fast is not None:
-            rows: Sequence[Any] = self.fast.all(PG_LOCK_BY_ID, {"id": reservation_id})
-        else:
-            rows = self.conn.execute(_LOCK_BY_ID, {"id": reservation_id}).all()
-        stored = _one(rows)
-        return None if stored is None else (stored, rows[0].db_now)
+            # one round trip; the read runs after the lock, with a snapshot of its own
+            lock, rows = self.fast.pipelined([Call(PG_LOCK_BY_ID, params), Call(PG_READ_BY_ID, params)])
+            stored = _one(rows)
+            return None if stored is None or not lock else (stored, lock[0].db_now)
+        found = self.conn.execute(_LOCK_BY_ID, params).all()
+        stored = _one(found)
+        return None if stored is None else (stored, found[0].db_now)
 
     def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
         """Lock up to ``limit`` pending reservations expired at ``now`` that nobody else holds."""
@@ -251,7 +270,14 @@ class ReservationStatements:
         """Lock many reservation rows (MariaDB, SQLite), in id order, and read the clock (None
         when none was found); ids that are not found are missing from the result."""
         wanted = sorted(set(ids))
-        rows = self.conn.execute(_LOCK_MANY, {"ids": wanted}).all() if wanted else []
+        if not wanted:
+            return [], None
+        params = {"ids": wanted}
+        if self.backend == "postgresql":
+            locked = self.conn.execute(_LOCK_MANY_IDS, params).all()
+            found = self.conn.execute(_READ_MANY, {"ids": [row.id for row in locked]}).all() if locked else []
+            return _many(found), locked[0].db_now if locked else None
+        rows = self.conn.execute(_LOCK_MANY, params).all()
         return _many(rows), rows[0].db_now if rows else None
 
     def commit_reservations(self, ids: Sequence[str], now: datetime) -> int:
