@@ -14,6 +14,7 @@ from sqlalchemy import insert as sa_insert
 from quota_ledger.driver import inline
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.schema import quota_journal, reservation_items, reservations
+from quota_ledger.model import drift
 
 _J = quota_journal.c
 _R = reservations.c
@@ -48,6 +49,18 @@ _PENDING_SUMS = (
     .select_from(reservations.join(reservation_items, _I.reservation_id == _R.id))
     .where(_R.partition == bindparam("p"), _R.state == "pending")
     .group_by(_R.queue, _I.resource)
+)
+# reservation_journal: the journal's totals per reservation, kind and resource; no lock.
+_RESERVATION_JOURNAL = (
+    select(_J.reservation_id, _J.queue, _J.kind, _J.resource, func.sum(_J.delta).label("total"))
+    .where(_J.partition == bindparam("p"), _J.reservation_id.is_not(None))
+    .group_by(_J.reservation_id, _J.queue, _J.kind, _J.resource)
+)
+# committed_reservations: what committed reservations committed, and whether released; no lock.
+_COMMITTED = (
+    select(_R.id, _R.queue, _R.released_at, _I.resource, _I.committed)
+    .select_from(reservations.join(reservation_items, _I.reservation_id == _R.id))
+    .where(_R.partition == bindparam("p"), _R.state == "committed", _I.committed > 0)
 )
 
 
@@ -121,6 +134,30 @@ class JournalStatements:
         """SUM(amount) of pending reservations per (queue, resource): what reserved must be."""
         rows = self.conn.execute(_PENDING_SUMS, {"p": partition})
         return {(row.queue, row.resource): int(row.total) for row in rows}
+
+    def reservation_journal(self, partition: str) -> tuple[dict[tuple[str, str, str], int], dict[str, str]]:
+        """The journal's totals per (reservation, kind, resource), released amounts counted
+        positive, and the queue of each reservation it names."""
+        sums: dict[tuple[str, str, str], int] = {}
+        queues: dict[str, str] = {}
+        for row in self.conn.execute(_RESERVATION_JOURNAL, {"p": partition}):
+            total = int(row.total)
+            key = (row.reservation_id, row.kind, row.resource)
+            sums[key] = sums.get(key, 0) + (-total if row.kind == drift.RELEASE else total)
+            queues[row.reservation_id] = row.queue
+        return sums, queues
+
+    def committed_reservations(self, partition: str) -> list[drift.Settled]:
+        """Every committed reservation of ``partition``: its committed amounts, and whether it
+        was released."""
+        found: dict[str, tuple[str, bool, dict[str, int]]] = {}
+        for row in self.conn.execute(_COMMITTED, {"p": partition}):
+            _, _, amounts = found.setdefault(row.id, (row.queue, row.released_at is not None, {}))
+            amounts[row.resource] = int(row.committed)
+        return [
+            drift.Settled(reservation_id=rid, queue=queue, committed=amounts, released=released)
+            for rid, (queue, released, amounts) in found.items()
+        ]
 
 
 def journal_rows(

@@ -2,13 +2,21 @@
 
 Queue and subtree resource counters are checked against the journal and the pending items
 (:mod:`quota_ledger.model.drift`); running-application counts and user/group counters against the
-application rows (:mod:`quota_ledger.config.identity`).
+application rows (:mod:`quota_ledger.config.identity`); the journal against the reservations it
+names.
+
+A repair trusts the reservations: they are what callers were answered. A journal that lacks a
+commit or a release a reservation says was made gets it appended before the counters are
+recomputed; a journal that holds more than its reservations say cannot be mended by appending
+(its entries only grow), so the counters it feeds are reported and left as they are.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -19,7 +27,7 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.resource_quotas import QUOTA
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import drift
+from quota_ledger.model import drift, queues
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
@@ -52,7 +60,7 @@ def read_drift(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
         tx.identity_counters(partition, lock=False),
         tx.read_apps(partition),
     )
-    return drifts + _quota_drift(partition, rules, quotas, live)
+    return _journal_drift(tx, partition) + drifts + _quota_drift(partition, rules, quotas, live)
 
 
 def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
@@ -66,13 +74,18 @@ def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift
     own = tx.lock_all_counters(partition, QUEUE)
     limits = tx.lock_all_counters(partition, SUBTREE)
     named = tx.identity_counters(partition, lock=True)
+    journal = _journal_drift(tx, partition)
+    mended = _mend_journal(tx, partition, journal, now)
+    kept = _kept_counters([d for d in journal if d not in mended])
     in_use, reserved = tx.journal_sums(partition), tx.pending_sums(partition)
     missing = drift.missing_queue_counters(own, in_use, reserved)
     if missing:
         tx.create_missing(partition, missing, now)
         own = tx.lock_all_counters(partition, QUEUE)
     drifts = find(tx, partition, [*own, *limits], named, apps, sums=(in_use, reserved))
-    by_key = {(d.scope_type, d.name, d.scope, d.resource): d for d in drifts}
+    by_key = {_key(d): d for d in drifts}
+    for key in kept:
+        by_key.pop(key, None)
 
     def wanted(c: Counter) -> Drift | None:
         return by_key.get((c.scope_type, c.name, c.scope, c.resource))
@@ -96,7 +109,44 @@ def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift
         },
         now,
     )
-    return [replace(d, fixed=True) for d in [*drifts, *quota_drifts]]
+    journal_result = [replace(d, fixed=d in mended) for d in journal]
+    counter_result = [replace(d, fixed=_key(d) not in kept) for d in drifts]
+    return journal_result + counter_result + [replace(d, fixed=True) for d in quota_drifts]
+
+
+def _key(d: Drift) -> tuple[str, str | None, str, str]:
+    return d.scope_type, d.name, d.scope, d.resource
+
+
+def _journal_drift(tx: LedgerTx, partition: str) -> list[Drift]:
+    entries, named = tx.reservation_journal(partition)
+    return drift.journal_drift(partition, tx.committed_reservations(partition), entries, named)
+
+
+def _mend_journal(tx: LedgerTx, partition: str, journal: Sequence[Drift], now: datetime) -> list[Drift]:
+    """Append what the journal lacks of what its reservations say; the drifts so mended."""
+    mended = [d for d in journal if d.in_use < d.expected_in_use]
+    for d in mended:
+        missing = d.expected_in_use - d.in_use
+        tx.append_journal(
+            partition,
+            d.scope,
+            {d.resource: missing if d.scope_type == drift.COMMIT else -missing},
+            kind=d.scope_type,
+            operation_id=str(uuid.uuid4()),
+            reservation_id=d.name,
+            now=now,
+        )
+    return mended
+
+
+def _kept_counters(unmended: Iterable[Drift]) -> set[tuple[str, str | None, str, str]]:
+    """The counters (as drift keys) a journal holding too much feeds: not repaired towards it."""
+    kept: set[tuple[str, str | None, str, str]] = set()
+    for d in unmended:
+        kept.add((QUEUE, None, d.scope, d.resource))
+        kept.update((SUBTREE, None, scope, d.resource) for scope in queues.lineage(d.scope))
+    return kept
 
 
 def _quota_drift(

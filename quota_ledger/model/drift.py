@@ -3,17 +3,38 @@
 ``in_use`` of a queue counter is the sum of the journal (commits minus releases) for that
 queue and resource; ``reserved`` is the sum of its pending reservation items. A subtree
 counter holds the sums over its queue and every queue below it.
+
+The journal itself is checked against the reservations it names (:func:`journal_drift`):
+counters recomputed from a journal that lost a release would agree with counters that lost it
+too, so that check is what sees such a loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from quota_ledger.model.limits import QUEUE, Counter
 from quota_ledger.model.queues import lineage
 from quota_ledger.model.values import Drift
 
 Sums = Mapping[tuple[str, str], int]
+#: the journal's entries of one kind for one reservation, (reservation id, kind, resource):
+#: their total amount, released amounts counted positive
+ReservationSums = Mapping[tuple[str, str, str], int]
+COMMIT = "commit"
+RELEASE = "release"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settled:
+    """A committed reservation as its own rows tell it: what the journal must hold for it."""
+
+    reservation_id: str
+    queue: str
+    #: its committed amounts, zeros left out
+    committed: Mapping[str, int]
+    released: bool
 
 
 def subtree_totals(sums: Sums) -> dict[tuple[str, str], int]:
@@ -76,3 +97,44 @@ def missing_queue_counters(
     have = {(c.scope, c.resource) for c in counters if c.scope_type == QUEUE}
     needed = {k for k, v in in_use.items() if v} | {k for k, v in reserved.items() if v}
     return sorted(needed - have)
+
+
+def journal_drift(
+    partition: str, settled: Iterable[Settled], entries: ReservationSums, queues: Mapping[str, str]
+) -> list[Drift]:
+    """Every way the journal disagrees with the reservations it names.
+
+    A committed reservation's commit entries equal its committed amounts, a released one's
+    release entries equal them too, and any other reservation has neither. ``settled`` are the
+    committed reservations, ``entries`` the journal's totals per reservation, kind and resource,
+    ``queues`` the queue of each reservation the journal names. A drift's ``scope_type`` is
+    the kind (``commit`` or ``release``), its ``name`` the reservation, its ``scope`` the
+    queue, ``in_use`` what the journal holds and ``expected_in_use`` what it should.
+    """
+    expected: dict[tuple[str, str, str], int] = {}
+    queue_of = dict(queues)
+    for each in settled:
+        queue_of[each.reservation_id] = each.queue
+        for resource, amount in each.committed.items():
+            expected[(each.reservation_id, COMMIT, resource)] = amount
+            if each.released:
+                expected[(each.reservation_id, RELEASE, resource)] = amount
+    drifts = []
+    for key in sorted(expected.keys() | entries.keys()):
+        held, wanted = entries.get(key, 0), expected.get(key, 0)
+        if held != wanted:
+            reservation_id, kind, resource = key
+            drifts.append(
+                Drift(
+                    partition=partition,
+                    scope_type=kind,
+                    scope=queue_of.get(reservation_id, ""),
+                    resource=resource,
+                    in_use=held,
+                    reserved=0,
+                    expected_in_use=wanted,
+                    expected_reserved=0,
+                    name=reservation_id,
+                )
+            )
+    return drifts

@@ -101,7 +101,9 @@ class Violation:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Drift:
-    """A usage counter that disagrees with what the ledger's history says it should be."""
+    """A usage counter that disagrees with what the ledger's history says it should be, or
+    (``scope_type`` ``commit`` or ``release``) the journal's entries of one kind for one
+    reservation (``name``) that disagree with what the reservation says was committed."""
 
     partition: str
     scope_type: str
@@ -112,7 +114,7 @@ class Drift:
     expected_in_use: int
     expected_reserved: int
     fixed: bool = field(default=False)
-    #: the user or group of a ``user``/``group`` counter
+    #: the user or group of a ``user``/``group`` counter, the reservation of a journal check
     name: str | None = None
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quota_ledger.model.drift import expected_values, find_drift, missing_queue_counters
+from quota_ledger.model.drift import (
+    COMMIT,
+    RELEASE,
+    Settled,
+    expected_values,
+    find_drift,
+    journal_drift,
+    missing_queue_counters,
+)
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import in_subtree
 from quota_ledger.model.values import Drift
@@ -169,3 +177,30 @@ def test_nothing_missing_when_all_counters_exist() -> None:
     pairs = set(IN_USE) | set(RESERVED)
     counters = [own(q, r) for q, r in sorted(pairs)]
     assert missing_queue_counters(counters, IN_USE, RESERVED) == []
+
+
+def _settled(rid: str, committed: dict[str, int], *, released: bool = False) -> Settled:
+    return Settled(reservation_id=rid, queue="root.q", committed=committed, released=released)
+
+
+def test_a_journal_that_agrees_with_its_reservations_does_not_drift() -> None:
+    settled = [_settled("a", {"vcore": 2}), _settled("b", {"vcore": 1, "fpga": 1}, released=True)]
+    entries = {("a", COMMIT, "vcore"): 2, ("b", COMMIT, "vcore"): 1, ("b", COMMIT, "fpga"): 1}
+    entries |= {("b", RELEASE, "vcore"): 1, ("b", RELEASE, "fpga"): 1}
+    assert journal_drift("default", settled, entries, {"a": "root.q", "b": "root.q"}) == []
+
+
+def test_a_release_of_less_than_was_committed_drifts() -> None:
+    settled = [_settled("b", {"vcore": 3}, released=True)]
+    found = journal_drift("default", settled, {("b", COMMIT, "vcore"): 3}, {"b": "root.q"})
+    assert [(d.scope_type, d.name, d.in_use, d.expected_in_use) for d in found] == [(RELEASE, "b", 0, 3)]
+
+
+def test_a_commit_entry_of_a_reservation_that_is_not_committed_drifts() -> None:
+    found = journal_drift("default", [], {("c", COMMIT, "vcore"): 5}, {"c": "root.x"})
+    assert [(d.scope_type, d.scope, d.in_use, d.expected_in_use) for d in found] == [(COMMIT, "root.x", 5, 0)]
+
+
+def test_a_committed_reservation_without_its_commit_entry_drifts() -> None:
+    found = journal_drift("default", [_settled("a", {"vcore": 2})], {}, {})
+    assert [(d.scope_type, d.in_use, d.expected_in_use) for d in found] == [(COMMIT, 0, 2)]
