@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,57 @@ def server_ledger(server_db_url: URL) -> Iterator[QuotaEngine]:
     engine.close()
 
 
+@dataclass(frozen=True)
+class DecisionPath:
+    """One way the ledger decides: a backend, with or without group commit, and on PostgreSQL
+    with or without its server-side functions deciding what they cover."""
+
+    backend: str
+    batching: bool
+    functions: bool = False
+
+    @property
+    def name(self) -> str:
+        functions = "" if self.backend != "postgresql" else "-functions" if self.functions else "-python"
+        return f"{self.backend}{functions}-{'batching' if self.batching else 'alone'}"
+
+    def engine(self, url: URL, **options: Any) -> QuotaEngine:
+        """An engine on ``url`` that decides by this path."""
+        engine = QuotaEngine.from_url(url, batching=self.batching, **options)
+        if not self.functions:
+            engine.driver.functions = False
+        return engine
+
+
+DECISION_PATHS = tuple(
+    DecisionPath(backend, batching, functions)
+    for backend in ALL_BACKENDS
+    for functions in ((True, False) if backend == "postgresql" else (False,))
+    for batching in (False, True)
+)
+
+
+@pytest.fixture(params=DECISION_PATHS, ids=[p.name for p in DECISION_PATHS])
+def decision_path(request: pytest.FixtureRequest) -> DecisionPath:
+    """Every path the ledger decides by (the path matrix): take it with ``path_url``."""
+    path: DecisionPath = request.param
+    return path
+
+
+@pytest.fixture
+def path_url(request: pytest.FixtureRequest, decision_path: DecisionPath, tmp_path: Path) -> Iterator[URL]:
+    """A fresh, migrated database of ``decision_path``'s backend."""
+    yield from _fresh_url(request, decision_path.backend, tmp_path)
+
+
+@pytest.fixture
+def path_ledger(decision_path: DecisionPath, path_url: URL) -> Iterator[QuotaEngine]:
+    """A QuotaEngine on a fresh database, deciding by ``decision_path``."""
+    engine = decision_path.engine(path_url, pool_size=24)
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(params=ALL_BACKENDS)
 def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[URL]:
     """An empty database (no tables) on each backend, for migration tests."""
@@ -260,6 +312,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         backend = next((params[f] for f in _BACKEND_FIXTURES if f in params), None)
+        if isinstance(path := params.get("decision_path"), DecisionPath):
+            backend = path.backend
         if backend is not None and backend not in requested:
             drop.append(item)
             _deselected[backend] += 1
