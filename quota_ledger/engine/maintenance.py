@@ -43,8 +43,11 @@ class Maintenance(EngineBase):
         """Recompute every counter from the history and report those that disagree.
 
         The history is the journal of commits and releases (for ``in_use``) and the pending
-        reservation items (for ``reserved``). With ``fix=True`` each partition is repaired
-        under its exclusive lock and the drifts come back with ``fixed=True``.
+        reservation items (for ``reserved``); the journal is checked in turn against the
+        reservations it names (drifts of type ``commit`` or ``release``). With ``fix=True`` each
+        partition is repaired under its exclusive lock and the drifts come back with
+        ``fixed=True``, but for counters fed by a journal that holds more than its
+        reservations say, which are left as they are.
         """
         validation.flag(fix, "fix")
         wanted = validation.optional_partition(partition)

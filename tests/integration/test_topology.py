@@ -1,19 +1,32 @@
 """Writer candidates in order of preference, replicas for reads, and the retry budget, on the
-machine's servers. A dead host is a closed loopback port, or a TCP forwarder the test cuts."""
+servers the tests were given, reached over TCP. A dead host is a closed loopback port, or a TCP
+forwarder the test cuts.
+
+A PostgreSQL that listens on a Unix socket only (the embedded server of a fresh machine) cannot
+stand next to a dead TCP host in a list of URLs: its tests run on a PostgreSQL cluster of this
+module's own instead, on a free loopback port (``tests/faults/pg_cluster.py``)."""
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import URL
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL, make_url
 from tcp_proxy import TcpProxy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))  # pg_cluster
+
+from pg_cluster import PgCluster
 
 from quota_ledger import DatabaseUnavailable, OverQuota, QuotaEngine, UserNotFound
 from quota_ledger.driver import topology
@@ -40,8 +53,92 @@ def _database_name(url: URL) -> str:
     return "SELECT current_database()" if url.get_backend_name() == "postgresql" else "SELECT DATABASE()"
 
 
-def test_a_dead_first_writer_is_passed_over(server_db_url: URL) -> None:
-    urls = [_at(server_db_url, _closed_port()), server_db_url]
+class Databases(Protocol):
+    """Where a test makes more databases (replicas): tests/conftest.py's ``Server`` or
+    :class:`OwnPostgres`."""
+
+    def create_database(self) -> str: ...
+
+    def url_for(self, database: str) -> URL: ...
+
+    def drop_database(self, name: str) -> None: ...
+
+
+class OwnPostgres:
+    """A running :class:`PgCluster` with a migrated template; databases made as copies of it."""
+
+    def __init__(self, cluster: PgCluster) -> None:
+        self.cluster = cluster
+        self.admin = create_engine(make_url(cluster.url_for("postgres")), isolation_level="AUTOCOMMIT")
+        self.template = f"ql_template_{uuid.uuid4().hex[:8]}"
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{self.template}"'))
+        with QuotaEngine.from_url(self.url_for(self.template)) as engine:
+            engine.migrate()
+
+    def create_database(self) -> str:
+        name = f"ql_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
+        return name
+
+    def url_for(self, database: str) -> URL:
+        return make_url(self.cluster.url_for(database))
+
+    def drop_database(self, name: str) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of this module's own that listens on TCP (started only when asked for)."""
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        own = OwnPostgres(cluster)
+        yield own
+        own.admin.dispose()
+    finally:
+        cluster.destroy()
+
+
+@dataclass(frozen=True)
+class Tcp:
+    """A fresh, migrated database on a server reached over TCP, and that server."""
+
+    url: URL
+    server: Databases
+
+
+def _over_tcp(url: URL, request: pytest.FixtureRequest) -> Iterator[Tcp]:
+    """``url`` with its server when that listens on TCP, else a database on :func:`own_postgres`."""
+    postgres = url.get_backend_name() == "postgresql"
+    if url.host:
+        yield Tcp(url, request.getfixturevalue("postgres_server" if postgres else "mariadb_server"))
+        return
+    own: OwnPostgres = request.getfixturevalue("own_postgres")
+    name = own.create_database()
+    try:
+        yield Tcp(own.url_for(name), own)
+    finally:
+        own.drop_database(name)
+
+
+@pytest.fixture
+def tcp(server_db_url: URL, request: pytest.FixtureRequest) -> Iterator[Tcp]:
+    """:func:`server_db_url` (PostgreSQL and MariaDB) over TCP."""
+    yield from _over_tcp(server_db_url, request)
+
+
+@pytest.fixture
+def tcp_postgres(postgres_url: URL, request: pytest.FixtureRequest) -> Iterator[Tcp]:
+    """:func:`postgres_url` over TCP."""
+    yield from _over_tcp(postgres_url, request)
+
+
+def test_a_dead_first_writer_is_passed_over(tcp: Tcp) -> None:
+    urls = [_at(tcp.url, _closed_port()), tcp.url]
     with QuotaEngine.from_url(urls) as engine:
         engine.migrate()
         engine.set_limits("root.a", {"fpga": 10})
@@ -64,24 +161,22 @@ def _tcp_options(fd: int) -> dict[str, int]:
         }
 
 
-def test_server_connections_probe_a_silent_peer(server_db_url: URL) -> None:
-    with QuotaEngine.from_url(server_db_url) as engine, engine.driver.engine.connect() as conn:
+def test_server_connections_probe_a_silent_peer(tcp: Tcp) -> None:
+    with QuotaEngine.from_url(tcp.url) as engine, engine.driver.engine.connect() as conn:
         raw: Any = conn.connection.driver_connection
-        if server_db_url.get_backend_name() == "postgresql":
+        if tcp.url.get_backend_name() == "postgresql":
             given = raw.info.get_parameters()
             assert {name: given.get(name) for name in topology.KEEPALIVE} == {
                 name: str(value) for name, value in topology.KEEPALIVE.items()
             }
-            # The embedded server of a fresh machine listens on a Unix socket: no TCP to probe.
-            tcp = not str(raw.info.host).startswith("/")
             fd = raw.fileno()
         else:
-            tcp, fd = True, raw._sock.fileno()  # PyMySQL's socket
-        if tcp:
-            assert _tcp_options(fd) == {"SO_KEEPALIVE": 1, **topology.KEEPALIVE}
+            fd = raw._sock.fileno()  # PyMySQL's socket
+        assert _tcp_options(fd) == {"SO_KEEPALIVE": 1, **topology.KEEPALIVE}
 
 
-def test_a_libpq_multi_host_url_finds_the_primary(postgres_url: URL) -> None:
+def test_a_libpq_multi_host_url_finds_the_primary(tcp_postgres: Tcp) -> None:
+    postgres_url = tcp_postgres.url
     dead = _closed_port()
     url = (
         f"postgresql://{postgres_url.username}@/{postgres_url.database}"
@@ -96,7 +191,8 @@ def test_a_libpq_multi_host_url_finds_the_primary(postgres_url: URL) -> None:
         assert engine.driver.run(_scalar("SELECT inet_server_port()")) == (postgres_url.port or 5432)
 
 
-def test_the_engine_carries_on_when_the_writer_dies_mid_traffic(server_db_url: URL) -> None:
+def test_the_engine_carries_on_when_the_writer_dies_mid_traffic(tcp: Tcp) -> None:
+    server_db_url = tcp.url
     proxy = TcpProxy((server_db_url.host or "127.0.0.1", server_db_url.port or _default_port(server_db_url)))
     proxy.start()
     engine = QuotaEngine.from_url([_at(server_db_url, proxy.port), server_db_url], pool_size=4)
@@ -149,9 +245,8 @@ def test_the_engine_carries_on_when_the_writer_dies_mid_traffic(server_db_url: U
     engine.close()
 
 
-def test_read_only_work_goes_to_the_read_urls(server_db_url: URL, request: pytest.FixtureRequest) -> None:
-    backend = server_db_url.get_backend_name()
-    server = request.getfixturevalue("postgres_server" if backend == "postgresql" else "mariadb_server")
+def test_read_only_work_goes_to_the_read_urls(tcp: Tcp) -> None:
+    server_db_url, server = tcp.url, tcp.server
     replica = server.create_database()
     read_url = server.url_for(replica)
     name = _scalar(_database_name(server_db_url))
@@ -169,13 +264,10 @@ def test_read_only_work_goes_to_the_read_urls(server_db_url: URL, request: pytes
         server.drop_database(replica)
 
 
-def test_reports_read_the_replica_and_admission_the_writer(
-    server_db_url: URL, request: pytest.FixtureRequest
-) -> None:
+def test_reports_read_the_replica_and_admission_the_writer(tcp: Tcp) -> None:
     # The "replica" is a database of its own with other limits, so the answers tell which one
     # each call read.
-    backend = server_db_url.get_backend_name()
-    server = request.getfixturevalue("postgres_server" if backend == "postgresql" else "mariadb_server")
+    server_db_url, server = tcp.url, tcp.server
     replica = server.create_database()
     read_url = server.url_for(replica)
     try:
@@ -240,10 +332,10 @@ def _wait(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.05)
 
 
-def test_the_cli_takes_writer_and_replica_lists(
-    server_db_url: URL, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_cli_takes_writer_and_replica_lists(tcp: Tcp, capsys: pytest.CaptureFixture[str]) -> None:
     from quota_ledger.cli import main
+
+    server_db_url = tcp.url
 
     def rendered(url: URL) -> str:
         return url.render_as_string(hide_password=False)
