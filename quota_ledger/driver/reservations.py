@@ -68,8 +68,7 @@ _LOCK_BY_ID = (
     .with_for_update(of=reservations)
 )
 PG_LOCK_BY_ID = (
-    "SELECT TIMEZONE('UTC', clock_timestamp()) AS db_now FROM reservations"
-    " WHERE id = %(id)s FOR UPDATE"
+    "SELECT TIMEZONE('UTC', clock_timestamp()) AS db_now FROM reservations WHERE id = %(id)s FOR UPDATE"
 )
 PG_READ_BY_ID = (
     f"SELECT {_PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
