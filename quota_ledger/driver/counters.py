@@ -166,6 +166,13 @@ _ALL_COUNTERS = (
 # resource_names: the distinct resources a partition's counters name; no lock (a bound, read
 # when a reservation is about to create counters).
 _RESOURCE_NAMES = select(_U.resource).where(_U.partition == bindparam("p")).distinct()
+#: scopes one lock_subtree_counters statement names at most (SQLite, MariaDB): the lineages of a
+#: batch of reservations on deep queues are tens of thousands, over SQLite's 32,766 parameters.
+#: More take one statement per slice of the sorted scopes, which keeps the canonical order.
+SCOPE_SLICE = 2048
+#: resources one unnamed_resources statement asks about at most: one result column each, and
+#: SQLite returns 2,000 at most, PostgreSQL 1,664
+NAMES_SLICE = 256
 
 
 @lru_cache(maxsize=64)
@@ -215,12 +222,16 @@ class CounterStatements:
         scopes, resources = sorted(set(scopes)), sorted(set(resources))
         if not scopes or not resources:
             return []
-        params = {"p": partition, "scopes": scopes, "resources": resources}
-        if self.fast is not None and lock:
-            rows: Sequence[Any] = self.fast.all(PG_LOCK_SUBTREE, params)
-        else:
-            rows = self.conn.execute(_LOCK_SUBTREE if lock else _READ_SUBTREE, params).all()
-        return [_counter(row) for row in rows]
+        if self.fast is not None and lock:  # arrays: one statement whatever their length
+            params = {"p": partition, "scopes": scopes, "resources": resources}
+            return [_counter(row) for row in self.fast.all(PG_LOCK_SUBTREE, params)]
+        found: list[Counter] = []
+        for start in range(0, len(scopes), SCOPE_SLICE):
+            params = {"p": partition, "scopes": scopes[start : start + SCOPE_SLICE], "resources": resources}
+            found += [
+                _counter(row) for row in self.conn.execute(_LOCK_SUBTREE if lock else _READ_SUBTREE, params)
+            ]
+        return found
 
     def lock_queue_counters_below(
         self, partition: str, queue: str, resources: Iterable[str]
@@ -356,11 +367,13 @@ class CounterStatements:
     def unnamed_resources(self, partition: str, resources: Iterable[str]) -> set[str]:
         """Those of ``resources`` that no counter of the partition names yet."""
         wanted = sorted(set(resources))
-        if not wanted:
-            return set()
-        params = {"p": partition, **{f"r{i}": name for i, name in enumerate(wanted)}}
-        row = self.conn.execute(_names_resources(len(wanted)), params).one()
-        return {name for name, named in zip(wanted, row, strict=True) if not named}
+        unnamed: set[str] = set()
+        for start in range(0, len(wanted), NAMES_SLICE):
+            part = wanted[start : start + NAMES_SLICE]
+            params = {"p": partition, **{f"r{i}": name for i, name in enumerate(part)}}
+            row = self.conn.execute(_names_resources(len(part)), params).one()
+            unnamed |= {name for name, named in zip(part, row, strict=True) if not named}
+        return unnamed
 
 
 def _counter(row: Any) -> Counter:

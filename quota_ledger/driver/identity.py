@@ -44,7 +44,8 @@ PG_LOCK_IDENTITY = (
 # deep queues, a few dozen of them counters anyone asked for. Written as the driver's text (see
 # inline), {keys} the placeholders of the keys: on MariaDB a row value IN (a range on the whole
 # unique key); on SQLite one lookup per key, OR-ed, as its planner looks a row value IN up by
-# its first column only (the partition's every counter).
+# its first column only (the partition's every counter). At most a slice of keys a statement
+# (see KEY_SLICE), so that the largest request the bounds allow fits each backend's limits.
 _MY_LOCK_IDENTITY_KEYS = (
     f"SELECT {_PG_IDENTITY} FROM quota_identity_usages FORCE INDEX ({_IDENTITY_INDEX})"  # noqa: S608
     " WHERE `partition` = %s AND (kind, name, queue, resource) IN ({keys})"
@@ -55,6 +56,13 @@ _SQLITE_IDENTITY_KEYS = (
     " ORDER BY kind, name, queue, resource"
 )
 _SQLITE_IDENTITY_KEY = '("partition" = ? AND kind = ? AND name = ? AND queue = ? AND resource = ?)'
+#: keys one lock_identity_keys statement names at most; more take one statement per slice, in key
+#: order, so the rows are still locked in the canonical order. A user and a group on a queue 126
+#: levels deep, for 64 resources and the running applications, are 16,380 keys. SQLite nests an
+#: OR chain one level a term and refuses a statement nested deeper than 1,000 (and, in builds
+#: before 3.32, one of more than 999 parameters: five a key); MariaDB's statement stays far below
+#: max_allowed_packet whatever the names' lengths (four names of up to 255 characters a key).
+KEY_SLICE = {"sqlite": 192, "mariadb": 1024}
 
 
 # all_identity_counters: every counter of some kinds in a partition; no lock.
@@ -124,7 +132,8 @@ class IdentityStatements:
 
     def lock_identity_keys(self, partition: str, keys: Iterable[tuple[str, str, str, str]]) -> list[Counter]:
         """Lock the user/group counters of whole (kind, name, queue, resource) keys that exist,
-        in the canonical order (on PostgreSQL by :meth:`lock_identity_counters`)."""
+        in the canonical order (on PostgreSQL by :meth:`lock_identity_counters`, its arrays of
+        any length; elsewhere one statement a slice of :data:`KEY_SLICE` sorted keys)."""
         wanted = sorted(set(keys))
         if not wanted:
             return []
@@ -137,13 +146,19 @@ class IdentityStatements:
             )
             chosen = set(wanted)
             return [c for c in found if (c.scope_type, c.name or "", c.scope, c.resource) in chosen]
-        if self.backend == "sqlite":
-            sql = _SQLITE_IDENTITY_KEYS.format(keys=" OR ".join([_SQLITE_IDENTITY_KEY] * len(wanted)))
-            params: list[str] = [value for key in wanted for value in (partition, *key)]
-        else:
-            sql = _MY_LOCK_IDENTITY_KEYS.format(keys=",".join(["(%s,%s,%s,%s)"] * len(wanted)))
-            params = [partition, *(value for key in wanted for value in key)]
-        return [_identity(row) for row in inline.rows(self.conn, sql, params)]
+        sqlite = self.backend == "sqlite"
+        size = KEY_SLICE["sqlite" if sqlite else "mariadb"]
+        locked: list[Counter] = []
+        for start in range(0, len(wanted), size):
+            part = wanted[start : start + size]
+            if sqlite:
+                sql = _SQLITE_IDENTITY_KEYS.format(keys=" OR ".join([_SQLITE_IDENTITY_KEY] * len(part)))
+                params: list[str] = [value for key in part for value in (partition, *key)]
+            else:
+                sql = _MY_LOCK_IDENTITY_KEYS.format(keys=",".join(["(%s,%s,%s,%s)"] * len(part)))
+                params = [partition, *(value for key in part for value in key)]
+            locked += [_identity(row) for row in inline.rows(self.conn, sql, params)]
+        return locked
 
     def identity_counters(
         self, partition: str, *, lock: bool, kinds: Iterable[str] = ("group", "user")
