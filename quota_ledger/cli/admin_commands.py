@@ -14,8 +14,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from quota_ledger.cli import output, views
-from quota_ledger.cli.exit_codes import EXIT_DRIFT
+from quota_ledger.cli.exit_codes import EXIT_DRIFT, EXIT_ERROR
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.ledger.batches import SetAside
 from quota_ledger.service import location, sweeper
 from quota_ledger.service.settings import Settings
 
@@ -100,9 +101,16 @@ def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
     batch = args.batch_size or settings.sweep_batch_size
     rate = settings.sweep_max_rate if args.max_rate is None else args.max_rate
     if args.once:
-        expired = views.expire_backlog(engine, batch, args.workers, rate)
-        output.say(args, {"expired": expired}, "expired {expired} reservations")
-        return 0
+        set_aside = SetAside()
+        expired = views.expire_backlog(engine, batch, args.workers, rate, set_aside)
+        stuck = sorted(set_aside.reasons())
+        if not stuck:
+            output.say(args, {"expired": expired}, "expired {expired} reservations")
+            return 0
+        # Each is logged with its error; the rest expired. The exit code says some are left.
+        found = {"expired": expired, "set_aside": stuck}
+        output.say(args, found, "expired {expired} reservations; could not expire {set_aside}")
+        return EXIT_ERROR
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -7,6 +7,7 @@ from __future__ import annotations
 from quota_ledger.cli import progress
 from quota_ledger.cli.remote import RemoteEngine
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.ledger.batches import SetAside
 from quota_ledger.model import short_ids
 from quota_ledger.model.values import Drift, Usage
 from quota_ledger.service import overview
@@ -26,21 +27,26 @@ def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, 
     return overview.queue_tree(engine, partition)
 
 
-def expire_backlog(engine: QuotaEngine, batch: int, workers: int, rate: float | None) -> int:
+def expire_backlog(
+    engine: QuotaEngine, batch: int, workers: int, rate: float | None, set_aside: SetAside
+) -> int:
     """One sweep of everything that ran out: a single ``expire()`` call for a script; on a
     terminal, rounds of one batch per worker so that the bar moves, then a last call that
-    sweeps to the end what ran out meanwhile, as the single call would."""
+    sweeps to the end what ran out meanwhile, as the single call would. What cannot be expired
+    is left in ``set_aside``, once for every call."""
     if not progress.wanted():
-        return engine.expire(batch_size=batch, workers=workers, max_rate=rate)
+        return engine.expire(batch_size=batch, workers=workers, max_rate=rate, set_aside=set_aside)
     total = 0
     with progress.bar("expiring reservations", overview.expired_backlog(engine)) as meter:
         while True:
-            expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate, max_batches=workers)
+            expired = engine.expire(
+                batch_size=batch, workers=workers, max_rate=rate, max_batches=workers, set_aside=set_aside
+            )
             total += expired
             meter.advance(expired)
             if expired < workers * batch:
                 break
-        expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate)
+        expired = engine.expire(batch_size=batch, workers=workers, max_rate=rate, set_aside=set_aside)
         meter.advance(expired)
     return total + expired
 

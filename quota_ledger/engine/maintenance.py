@@ -18,6 +18,7 @@ class Maintenance(EngineBase):
         max_batches: int | None = None,
         workers: int = 1,
         max_rate: float | None = None,
+        set_aside: batches.SetAside | None = None,
     ) -> int:
         """Expire pending reservations whose time ran out; returns how many.
 
@@ -28,6 +29,11 @@ class Maintenance(EngineBase):
         that many reservations per second on average (pausing between batches), so that a
         large backlog is worked off without taking the database from live traffic; None
         sweeps as fast as the database allows.
+
+        A reservation whose expiry fails on its own does not stop the others: its batch is
+        bisected, it is logged and remembered in ``set_aside`` (see
+        :class:`~quota_ledger.ledger.batches.SetAside`; None: a new one, for this call only),
+        and the calls given the same ``set_aside`` skip it.
         """
         validation.sweep_options(batch_size, max_batches, workers, max_rate)
         return expire.sweep(
@@ -37,6 +43,7 @@ class Maintenance(EngineBase):
             budget=batches.Budget(max_batches),
             workers=workers,
             pacer=batches.Pacer(max_rate),
+            set_aside=set_aside if set_aside is not None else batches.SetAside(),
         )
 
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:

@@ -8,10 +8,13 @@ off a backlog takes a bounded share of the database instead of all it can get.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("quota_ledger.sweeper")
 
 
 class Budget:
@@ -29,6 +32,50 @@ class Budget:
                 return False
             self._left -= 1
             return True
+
+
+class SetAside:
+    """Reservations whose expiry failed on their own, by partition: later sweeps skip them.
+
+    One reservation the ledger cannot expire (a statement the database refuses for its rows, a
+    counter its release would take out of range) must not stop the expiry of every other: the
+    sweep bisects a batch that fails until the reservation is alone in it, and sets that one
+    aside here, logged at ERROR with its id and the error. Nothing is written: the reservation
+    stays pending, holding what it reserved, until someone resolves it (a rollback, or a fix and
+    a restart). The memory is the process's, shared by every thread of a sweep: the service's
+    sweeper keeps one for its life, so a restarted process tries such a reservation again; an
+    ``expire()`` call given none uses its own.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, dict[str, str]] = {}  # partition -> id -> why
+        self._lock = threading.Lock()
+
+    def add(self, partition: str, reservation_id: str, error: BaseException) -> None:
+        """Set a reservation aside, logging its id and the error (with its cause)."""
+        with self._lock:
+            self._ids.setdefault(partition, {})[reservation_id] = f"{type(error).__name__}: {error}"
+        log.error(
+            "reservation %s (partition %r) cannot be expired; it is set aside and stays pending: %s",
+            reservation_id,
+            partition,
+            error,
+            exc_info=error,
+        )
+
+    def ids(self, partition: str) -> frozenset[str]:
+        """The reservations of ``partition`` set aside."""
+        with self._lock:
+            return frozenset(self._ids.get(partition, ()))
+
+    def reasons(self) -> dict[str, str]:
+        """Every reservation set aside: id -> the error its expiry met."""
+        with self._lock:
+            return {rid: why for found in self._ids.values() for rid, why in found.items()}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(found) for found in self._ids.values())
 
 
 class Pacer:
@@ -61,18 +108,22 @@ def run(
     budget: Budget,
     workers: int = 1,
     pacer: Pacer | None = None,
+    set_aside: SetAside | None = None,
 ) -> int:
     """Call ``batch`` (which expires up to ``batch_size`` rows and says how many) until a
     batch comes back short or the budget is spent, on ``workers`` threads, at the pace of
-    ``pacer``; the total."""
+    ``pacer``; the total. A row the batch set aside in ``set_aside`` counts for its length
+    (the batch had it), not for the total."""
     pace = pacer or Pacer(None)
 
     def loop() -> int:
         total = 0
         while budget.take():
+            before = len(set_aside) if set_aside is not None else 0
             count = batch()
             total += count
-            if count < batch_size:
+            taken = count + (len(set_aside) - before if set_aside is not None else 0)
+            if taken < batch_size:
                 break
             pace.done(count)
         return total
