@@ -78,7 +78,8 @@ async def _too_large(send: Send) -> None:
 
 
 def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -> FastAPI:
-    metrics = Metrics(engine)
+    health = sweeper.Health() if sweep else None
+    metrics = Metrics(engine, health)
     auth = Authenticator(engine, settings.token_cache_seconds)
     stop = threading.Event()
 
@@ -99,6 +100,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
                     max_rate=settings.sweep_max_rate,
                     stop=stop,
                     on_round=counted,
+                    health=health,
                 )
 
             thread = threading.Thread(target=loop, name="quota-ledger-sweeper", daemon=True)
@@ -122,7 +124,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
         redoc_url=None,
     )
     errors.install(app)
-    app.include_router(ops.build(engine, auth, metrics))
+    app.include_router(
+        ops.build(engine, auth, metrics, sweep=health, unready_after=settings.sweep_unready_after)
+    )
     app.include_router(routes.build(engine, auth, metrics))
     app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics)))
     app.include_router(yunikorn.build(engine, auth))

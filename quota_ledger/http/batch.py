@@ -11,7 +11,6 @@ the commits in the next batch).
 """
 
 import json
-import logging
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -25,8 +24,6 @@ from quota_ledger.http import errors, ledger_ops, models
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
 from quota_ledger.service.tokens import Token
-
-log = logging.getLogger("quota_ledger.http")
 
 #: operations one ``POST /v1/batch`` may carry (422 beyond)
 MAX_OPERATIONS = 1000
@@ -142,8 +139,7 @@ def _refusal(error: Exception) -> Outcome:
     if isinstance(error, pydantic.ValidationError):
         problems = error.errors(include_url=False, include_context=False, include_input=False)
         return 422, pydantic_core.to_jsonable_python(errors.validation_error(problems))
-    log.error("unexpected error in a batch operation", exc_info=error)
-    return 500, errors.body("internal", "internal error")
+    return 500, errors.internal(error)
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {

@@ -14,11 +14,19 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quota_ledger.model import errors
 
 log = logging.getLogger("quota_ledger.http")
+
+#: answers of 500 ``internal`` in this process; every app's metrics registry serves it
+INTERNAL_ERRORS = Counter(
+    "quota_ledger_internal_errors",
+    "Requests and batch operations answered 500 internal: errors the service does not map",
+    registry=None,
+)
 
 #: error class -> (HTTP status, code); the first match in this order wins
 _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
@@ -87,10 +95,20 @@ def status_of(error: errors.QuotaLedgerError) -> tuple[int, str]:
 
 
 def ledger_error(error: errors.QuotaLedgerError) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) of a ledger error."""
+    """(HTTP status, JSON body) of a ledger error; one the table does not map is :func:`internal`."""
     status, code = status_of(error)
-    message = str(error) if status != 500 else "internal error"
-    return status, body(code, message, **_details(error))
+    if status == 500:
+        return status, internal(error)
+    return status, body(code, str(error), **_details(error))
+
+
+def internal(error: BaseException) -> dict[str, Any]:
+    """The body of a 500 for ``error``, which the service does not map: the caller learns
+    nothing of it; the log gets it with its cause (a database error's own words, say), and
+    :data:`INTERNAL_ERRORS` counts it."""
+    INTERNAL_ERRORS.inc()
+    log.error("answered 500 internal: %s: %s", type(error).__name__, error, exc_info=error)
+    return body("internal", "internal error")
 
 
 def ledger_response(error: errors.QuotaLedgerError) -> JSONResponse:
@@ -146,5 +164,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return SafeJSONResponse(body("internal", "internal error"), status_code=500)
+        return SafeJSONResponse(internal(error), status_code=500)

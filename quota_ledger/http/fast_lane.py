@@ -13,7 +13,6 @@ with its body intact, so that FastAPI answers it as before.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -26,8 +25,6 @@ from quota_ledger.http import errors, ledger_ops, models
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.values import Reservation
-
-log = logging.getLogger("quota_ledger.http")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -107,9 +104,8 @@ async def _answer(call: Callable[[], Reservation], status: int) -> Response:
         return errors.SafeJSONResponse(
             errors.http_error(error), status_code=error.status_code, headers=error.headers
         )
-    except Exception:
-        log.exception("unexpected error")
-        return errors.SafeJSONResponse(errors.body("internal", "internal error"), status_code=500)
+    except Exception as error:
+        return errors.SafeJSONResponse(errors.internal(error), status_code=500)
 
 
 def _action(path: str) -> str | None:

@@ -17,13 +17,13 @@ from prometheus_client.registry import Collector
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import errors as http_errors
 from quota_ledger.model.errors import OverQuota, QuotaLedgerError
-from quota_ledger.service import overview
+from quota_ledger.service import overview, sweeper
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    def __init__(self, engine: QuotaEngine) -> None:
+    def __init__(self, engine: QuotaEngine, sweep: sweeper.Health | None = None) -> None:
         self.registry = CollectorRegistry()
         self.operations = Counter(
             "quota_ledger_operations",
@@ -56,7 +56,10 @@ class Metrics:
         self.drift_fixed = Counter(
             "quota_ledger_audit_drift_fixed", "Drifted counters fixed", registry=self.registry
         )
+        self.registry.register(http_errors.INTERNAL_ERRORS)
         self.registry.register(_LedgerCollector(engine))
+        if sweep is not None:
+            self.registry.register(_SweeperCollector(sweep))
         self.up = Gauge("quota_ledger_up", "1 while the service runs", registry=self.registry)
         self.up.set(1)
 
@@ -125,4 +128,28 @@ class _LedgerCollector(Collector):
         )
         yield CounterMetricFamily(
             "quota_ledger_group_commit_requests", "Requests decided in group commit", value=stats.requests
+        )
+
+
+class _SweeperCollector(Collector):
+    """Read at scrape time: how the service's expiry loop fares."""
+
+    def __init__(self, health: sweeper.Health) -> None:
+        self.health = health
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        yield CounterMetricFamily(
+            "quota_ledger_sweeper_failed_rounds",
+            "Expiry sweep rounds that failed",
+            value=self.health.failed_rounds,
+        )
+        yield GaugeMetricFamily(
+            "quota_ledger_sweeper_failing_seconds",
+            "Seconds the expiry sweep has been failing (0: its last round succeeded)",
+            value=self.health.failing_for(),
+        )
+        yield GaugeMetricFamily(
+            "quota_ledger_sweeper_set_aside",
+            "Reservations whose expiry failed on their own, which the sweeper skips (ids in the log)",
+            value=len(self.health.set_aside),
         )

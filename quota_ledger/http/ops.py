@@ -12,10 +12,20 @@ from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import CONTENT_TYPE, Metrics
 from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.service import sweeper
 from quota_ledger.service.tokens import Token
 
 
-def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRouter:
+def build(
+    engine: QuotaEngine,
+    auth: Authenticator,
+    metrics: Metrics,
+    *,
+    sweep: sweeper.Health | None,
+    unready_after: float,
+) -> APIRouter:
+    """The operations routes; ``sweep``: the health of this process's expiry loop, which makes
+    the service unready once it has failed for more than ``unready_after`` seconds."""
     router = APIRouter(tags=["operations"])
     guarded: dict[int | str, dict[str, Any]] = {
         code: {"model": models.ErrorOut, "description": text}
@@ -35,7 +45,8 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
 
     @router.get("/readyz", responses={503: {"model": models.ErrorOut}})
     def readyz() -> JSONResponse:
-        """The database answers and its schema is at head (no token)."""
+        """The database answers, its schema is at head, and the expiry sweep (if this process
+        runs one) has not been failing for longer than allowed (no token)."""
         try:
             current = migrate.current(engine.driver.engine)
             head = migrate.head()
@@ -51,6 +62,10 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
                 503,
                 {"Retry-After": "5"},
             )
+        if sweep is not None and (failing := sweep.failing_for()) > unready_after:
+            # The error itself is in the log: this answer needs no token.
+            reason = f"the expiry sweep has been failing for {failing:.0f} s"
+            return JSONResponse({"status": "unavailable", "reason": reason}, 503, {"Retry-After": "5"})
         return JSONResponse({"status": "ready", "schema": current})
 
     @router.get("/metrics", response_class=Response, responses=guarded)

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="reservations a sweep expires per second at most (unset: no limit)",
     )
+    sweep_unready_after: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds the service's expiry sweep may keep failing before /readyz answers 503",
+    )
     host: str = Field("127.0.0.1", description="address the HTTP service listens on")
     port: int = Field(8080, ge=0, le=65535, description="port of the HTTP service (0: any free port)")
     token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")
