@@ -52,7 +52,7 @@ class Authenticator:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value:
-            value = request.cookies.get("quota_ledger_token", "")
+            value = cookie_token(request)
         if not value:
             raise HTTPException(401, "a bearer token is required", headers=_CHALLENGE)
         return value.strip()
@@ -95,6 +95,34 @@ class Authenticator:
 
         dependency.__name__ = f"require_{role}"
         return dependency
+
+
+#: what a browser's cookie may do: read, never change anything
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
+#: ``Sec-Fetch-Site`` values of a request the page itself (or the user, typing) made
+_OWN_FETCH = frozenset({"same-origin", "none"})
+
+
+def cookie_token(request: Request) -> str:
+    """The dashboard's cookie, when it may authenticate ``request``; else "".
+
+    A browser sends the cookie with whatever request another page makes it send: a form posted
+    from a page on another port of the same host is same-site, and ``SameSite`` does not stop it.
+    So the cookie authorizes safe reads only, and only those the service's own pages (or the
+    user) made: ``Sec-Fetch-Site`` same-origin or none, and an ``Origin``, if any, of this host.
+    Everything else needs the ``Authorization`` header, which no other page can make a browser
+    send.
+    """
+    value = request.cookies.get("quota_ledger_token", "")
+    if not value or request.method not in _SAFE_METHODS:
+        return ""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site.lower() not in _OWN_FETCH:
+        return ""
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        return ""
+    return value
 
 
 def check_scope(token: Token, partition: str | None, queue: str | None) -> None:
