@@ -33,6 +33,13 @@ class RemoteEngine:
     def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
         self._httpx = _import_httpx()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        #: what a 401 should tell the user to do
+        self._token_hint = (
+            "check the token given by --token or QUOTA_LEDGER_TOKEN"
+            if token
+            else "give one with --token TOKEN or the environment variable QUOTA_LEDGER_TOKEN "
+            "(`quota-ledger tokens add` makes one)"
+        )
         self.client = self._httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -44,6 +51,8 @@ class RemoteEngine:
             response = self.client.request(method, path, **kwargs)
         except self._httpx.HTTPError as error:
             raise errors.DatabaseUnavailable(f"service unreachable: {error}") from error
+        if response.status_code == 401:
+            raise errors.QuotaLedgerError(f"{_error(response)}: {self._token_hint}")
         if response.status_code >= 400:
             raise _error(response)
         if response.status_code == 204 or not response.content:

@@ -130,13 +130,40 @@ def validation_error(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return body("invalid_request", "the request is malformed", field=field, problems=found)
 
 
+def unreadable_body(
+    problems: Sequence[Mapping[str, Any]], raw: bytes, content_type: str | None
+) -> dict[str, Any] | None:
+    """The 422 body of a request whose body is not JSON at all, saying what to do about it: the
+    line and column of a JSON syntax error, or the header a form-encoded body (curl's ``-d``
+    default) lacks. None when the body is JSON and only its fields are wrong."""
+    for problem in problems:
+        if problem.get("type") != "json_invalid":
+            continue
+        loc = problem.get("loc", ())
+        offset = loc[-1] if loc and isinstance(loc[-1], int) else 0
+        text = raw.decode("utf-8", "replace")
+        line = text.count("\n", 0, offset) + 1
+        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        reason = str((problem.get("ctx") or {}).get("error") or problem.get("msg") or "JSON decode error")
+        message = f"the body is not valid JSON: {reason} at line {line}, column {column}"
+        return body("invalid_request", message, field="body", line=line, column=column)
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if raw and not (media == "application/json" or media.endswith("+json")):
+        shown = media or "no Content-Type"
+        message = f"the body must be a JSON object, not {shown}: send Content-Type: application/json"
+        return body("invalid_request", message, field="body")
+    return None
+
+
 _HTTP_CODES = {
+    400: "invalid_request",
     401: "unauthorized",
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     413: "too_large",
     415: "unsupported_media_type",
+    422: "invalid_request",
 }
 
 
@@ -151,8 +178,10 @@ def install(app: FastAPI) -> None:
         return ledger_response(error)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
-        return SafeJSONResponse(validation_error(error.errors()), status_code=422)
+    async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = error.errors()
+        unreadable = unreadable_body(problems, await request.body(), request.headers.get("content-type"))
+        return SafeJSONResponse(unreadable or validation_error(problems), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:

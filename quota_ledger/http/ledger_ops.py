@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
-from fastapi import HTTPException
 from fastapi.responses import Response
 
 from quota_ledger.engine import Operation, QuotaEngine
@@ -19,7 +18,7 @@ from quota_ledger.http import models
 from quota_ledger.http.auth import check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
-from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
+from quota_ledger.model.errors import IdempotencyConflict, InvalidRequest, ReservationNotFound
 from quota_ledger.model.values import Reservation
 from quota_ledger.service.tokens import Token
 
@@ -150,7 +149,7 @@ class LedgerOps:
             check_scope(token, body.partition, engine.namespace_queue(namespace, partition=body.partition))
             return engine.prepare_reserve_pod(body.pod, partition=body.partition, ttl=body.ttl, key=key)
         if body.queue is None:
-            raise HTTPException(422, "queue is required (or a pod)")
+            raise InvalidRequest("queue is required (or a pod)", field="queue")
         check_scope(token, body.partition, body.queue)
         return engine.prepare_reserve(
             body.queue,

@@ -169,7 +169,9 @@ def ttl(value: object) -> float:
     else:
         raise InvalidRequest(f"ttl must be seconds or a timedelta, not {_shown(value)}", field="ttl")
     if not 0 < seconds <= MAX_TTL:  # NaN fails both
-        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {seconds}", field="ttl")
+        # The value sent, not the clamped one a huge int became.
+        sent = f"{seconds:g}" if isinstance(value, timedelta) else _shown(value)
+        raise InvalidRequest(f"ttl must be > 0 and at most {MAX_TTL:.0f} seconds, not {sent}", field="ttl")
     return seconds
 
 

@@ -185,3 +185,28 @@ def test_health_readiness_metrics_and_audit(service: Service) -> None:
         assert reader.post("/v1/audit", params={"fix": "true"}).status_code == 403
     with service.client("admin") as admin:
         assert admin.post("/v1/audit", params={"fix": "true"}).json() == []
+
+
+def test_a_request_that_cannot_be_read_says_what_is_wrong(service: Service) -> None:
+    with service.client("service") as api:
+        ttl = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"fpga": 1}, "ttl": -5})
+        assert ttl.status_code == 422
+        assert ttl.json()["error"]["message"].endswith("not -5")
+        no_queue = api.post("/v1/reservations", json={"resources": {"fpga": 1}})
+        assert no_queue.status_code == 422
+        assert no_queue.json()["error"]["code"] == "invalid_request"
+        assert no_queue.json()["error"]["details"]["field"] == "queue"
+        broken = api.post(
+            "/v1/reservations",
+            content=b'{"queue": "root.a",\n "resources": {fpga: 1}}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert broken.status_code == 422
+        error = broken.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert error["details"]["field"] == "body"
+        assert "line 2, column 16" in error["message"]
+        form = api.post("/v1/reservations", data={"queue": "root.a"})
+        assert form.status_code == 422
+        assert form.json()["error"]["code"] == "invalid_request"
+        assert "send Content-Type: application/json" in form.json()["error"]["message"]

@@ -115,3 +115,19 @@ def test_usage_tree_and_short_ids_through_the_service(service: Service) -> None:
     assert f"reservation {other['id'][:8]} not found" in hidden.stderr
     with service.client("reader") as reader:
         assert reader.get("/v1/reservation-ids", params={"prefix": "----"}).status_code == 422
+
+
+def test_a_missing_token_names_the_option_and_the_variable(service: Service) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTA_LEDGER_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", "--url", service.base, "usage"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "a bearer token is required" in result.stderr
+    assert "--token" in result.stderr
+    assert "QUOTA_LEDGER_TOKEN" in result.stderr
