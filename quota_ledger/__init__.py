@@ -36,6 +36,21 @@ from quota_ledger.model.errors import (
 from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
 from quota_ledger.model.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
 
+
+def __getattr__(name: str) -> str:
+    # ``__version__`` is read from the installed package's metadata when first asked for, not at
+    # import: the lookup scans the environment, and every CLI command imports this package.
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            version = metadata.version("quota-ledger")
+        except metadata.PackageNotFoundError:  # a source tree that was never installed
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "AmbiguousReservationId",
     "ApplicationNotFound",
@@ -77,4 +92,5 @@ __all__ = [
     "format_human",
     "format_quantity",
     "parse_quantity",
+    "__version__",
 ]

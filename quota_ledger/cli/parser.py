@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from quota_ledger.cli import (
     admin_commands,
@@ -55,6 +55,7 @@ def build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="quota-ledger", parents=[options.common], description="A database-backed quota ledger."
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     admin_commands.register_schema(sub, options)
     ledger_commands.register(sub, options)
@@ -64,6 +65,19 @@ def build() -> argparse.ArgumentParser:
     kube_commands.register(sub, options)
     service_commands.register(sub, options)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: argparse's own version action wants the string when the parser is built, and
+    reading the package's metadata then would slow every command down."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        import quota_ledger
+
+        parser.exit(message=f"{parser.prog} {quota_ledger.__version__}\n")
 
 
 def shared_options() -> SharedOptions:
