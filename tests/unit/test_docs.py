@@ -102,6 +102,29 @@ def test_code_and_comments_speak_of_the_project_only() -> None:
     assert found == {}
 
 
+# The dashboard only shows the ledger (its routes are all GET): no page may offer it as a way to
+# change anything.
+DASHBOARD_WRITES = re.compile(
+    r"\b(chang|edit|set|updat|apply|remov)\w*\b[^.;:]{0,80}\b(with|from|in|on|through)\b[^.;:]{0,40}"
+    r"\bdashboard\b(?![^.;:]{0,20}only shows)",
+    re.IGNORECASE,
+)
+
+
+def test_the_dashboard_is_read_only_and_no_page_says_otherwise() -> None:
+    from quota_ledger.http import ui
+
+    router = ui.build(engine=None, auth=None)  # type: ignore[arg-type]
+    assert {method for route in router.routes for method in route.methods} == {"GET"}  # type: ignore[attr-defined]
+    found = {
+        str(path.relative_to(ROOT)): match.group(0)
+        for path in documentation_files()
+        for match in DASHBOARD_WRITES.finditer(" ".join(path.read_text(encoding="utf-8").split()))
+    }
+    assert found == {}
+    assert DASHBOARD_WRITES.search("Limits changed since (with the CLI, the API or the dashboard) survive")
+
+
 def test_the_performance_page_says_how_and_when_its_figures_were_measured() -> None:
     text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     assert re.search(r"^scripts/bench\b.*--repeat", text, re.MULTILINE)
