@@ -77,7 +77,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
 def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from quota_ledger.http import access_log
+    from quota_ledger.http import access_log, protocol
     from quota_ledger.http.app import create_app
 
     overrides = {
@@ -111,6 +111,7 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         app,
         host=settings.host,
         port=settings.port,
+        http=protocol.bounded(settings),
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,
         log_level="info" if args.verbose else "warning",
@@ -174,6 +175,7 @@ def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: b
         host=settings.host,
         port=settings.port,
         workers=workers,
+        http="quota_ledger.http.protocol:BoundedHttp",  # its bounds: set by each worker's app factory
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,
         log_level="info" if verbose else "warning",

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="address the HTTP service listens on")
     port: int = Field(8080, ge=0, le=65535, description="port of the HTTP service (0: any free port)")
+    max_header_bytes: int = Field(
+        65_536, ge=1024, le=16 * 1024 * 1024, description="bytes of a request head; more: 431"
+    )
+    max_headers: int = Field(100, ge=8, le=10_000, description="headers of a request; more: 431")
     token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")

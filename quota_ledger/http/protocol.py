@@ -1,0 +1,122 @@
+"""The HTTP/1.1 connection: uvicorn's httptools protocol, with bounded request heads.
+
+httptools keeps a request's head (request line and headers) in memory until it is complete,
+and builds each header value by appending to it: one header of tens of megabytes takes seconds
+of the event loop from every other client, and nothing bounds it. Here a head longer than
+``max_header_bytes``, or with more than ``max_headers`` headers, is answered 431 and its
+connection closed before the application sees it. Bytes are counted as they arrive (at most
+one socket read, 256 KiB, past the bound), so no head is ever read whole.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from quota_ledger.service.settings import Settings
+
+_REASON = b"Request Header Fields Too Large"
+
+
+class BoundedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol, refusing request heads over the bounds with 431."""
+
+    max_header_bytes: ClassVar[int] = Settings.model_fields["max_header_bytes"].default
+    max_headers: ClassVar[int] = Settings.model_fields["max_headers"].default
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: reading a request's head; since when (False: the head began in the last chunk read)
+        self._in_head = False
+        self._counting = False
+        #: bytes of the head's chunks, and of what the parser handed over of it
+        self._head_bytes = 0
+        self._head_size = 0
+        self._header_count = 0
+        self._refusal: str | None = None
+
+    @classmethod
+    def configure(cls, settings: Settings) -> None:
+        """Take the bounds of ``settings`` (the app factory of each worker process calls it)."""
+        cls.max_header_bytes = settings.max_header_bytes
+        cls.max_headers = settings.max_headers
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return
+        super().data_received(data)
+        if not self._in_head or self._refusal is not None:
+            return
+        # A head still incomplete after this chunk: httptools holds it. The chunk it began in is
+        # not counted (the parser's own count below bounds a head that ends in it).
+        if self._counting:
+            self._head_bytes += len(data)
+        self._counting = True
+        if self._head_bytes > self.max_header_bytes:
+            self._refuse(self._too_long())
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._counting = True, False
+        self._head_bytes = self._head_size = self._header_count = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._head_size += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._head_size += len(name) + len(value) + 4
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._header_count > self.max_headers:
+            self._refusal = f"the request has more than {self.max_headers} headers"
+        elif self._head_size > self.max_header_bytes:
+            self._refusal = self._too_long()
+        if self._refusal is not None:
+            raise _Refused  # stops the parser: the request never reaches the application
+        super().on_headers_complete()
+
+    def _too_long(self) -> str:
+        return f"the request's head is over {self.max_header_bytes} bytes"
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal is not None:  # the parser stopped at our refusal
+            self._send_431(self._refusal)
+            return
+        super().send_400_response(msg)
+
+    def _refuse(self, message: str) -> None:
+        self._refusal = message
+        self._send_431(message)
+
+    def _send_431(self, message: str) -> None:
+        body = json.dumps({"error": {"code": "invalid_request", "message": message}}).encode()
+        head = [b"HTTP/1.1 431 " + _REASON + b"\r\n"]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.logger.warning("refused a request: %s", message)
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop it; httptools hands it on as a parser error."""
+
+
+def bounded(settings: Settings) -> type[BoundedHttp]:
+    """The protocol class of one service process, with the bounds of ``settings``."""
+    bounds = {"max_header_bytes": settings.max_header_bytes, "max_headers": settings.max_headers}
+    return type("BoundedHttp", (BoundedHttp,), bounds)
+
+
+__all__ = ["BoundedHttp", "bounded"]
