@@ -112,6 +112,7 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
         host=settings.host,
         port=settings.port,
         http=protocol.bounded(settings),
+        **protocol.uvicorn_options(settings),
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,
         log_level="info" if args.verbose else "warning",
@@ -148,6 +149,8 @@ def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: b
 
     import uvicorn
 
+    from quota_ledger.http import protocol
+
     if settings.port == 0:
         print("error: --workers needs an explicit --port", file=sys.stderr)
         return 2
@@ -176,6 +179,7 @@ def _serve_workers(settings: Settings, workers: int, scheme: str, *, no_sweep: b
         port=settings.port,
         workers=workers,
         http="quota_ledger.http.protocol:BoundedHttp",  # its bounds: set by each worker's app factory
+        **protocol.uvicorn_options(settings),
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,
         log_level="info" if verbose else "warning",

@@ -1,5 +1,11 @@
 """The HTTP/1.1 connection: uvicorn's httptools protocol, with bounded request heads.
 
+A client that sends its head slowly, or nothing at all, holds a connection and a parser: one
+whose head is not complete ``header_timeout`` seconds after its connection or its request began
+is answered 408 and closed. (uvicorn itself bounds the time between requests,
+``timeout_keep_alive``, and the connections served at once, ``limit_concurrency``: see
+:func:`uvicorn_options`.)
+
 httptools keeps a request's head (request line and headers) in memory until it is complete,
 and builds each header value by appending to it: one header of tens of megabytes takes seconds
 of the event loop from every other client, and nothing bounds it. Here a head longer than
@@ -10,6 +16,7 @@ one socket read, 256 KiB, past the bound), so no head is ever read whole.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, ClassVar
 
@@ -25,6 +32,7 @@ class BoundedHttp(HttpToolsProtocol):
 
     max_header_bytes: ClassVar[int] = Settings.model_fields["max_header_bytes"].default
     max_headers: ClassVar[int] = Settings.model_fields["max_headers"].default
+    header_timeout: ClassVar[float] = Settings.model_fields["header_timeout"].default
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,12 +44,22 @@ class BoundedHttp(HttpToolsProtocol):
         self._head_size = 0
         self._header_count = 0
         self._refusal: str | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def configure(cls, settings: Settings) -> None:
         """Take the bounds of ``settings`` (the app factory of each worker process calls it)."""
         cls.max_header_bytes = settings.max_header_bytes
         cls.max_headers = settings.max_headers
+        cls.header_timeout = settings.header_timeout
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -59,6 +77,7 @@ class BoundedHttp(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._arm_head_timer()
         self._in_head, self._counting = True, False
         self._head_bytes = self._head_size = self._header_count = 0
 
@@ -73,6 +92,7 @@ class BoundedHttp(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._disarm_head_timer()
         if self._header_count > self.max_headers:
             self._refusal = f"the request has more than {self.max_headers} headers"
         elif self._head_size > self.max_header_bytes:
@@ -80,6 +100,29 @@ class BoundedHttp(HttpToolsProtocol):
         if self._refusal is not None:
             raise _Refused  # stops the parser: the request never reaches the application
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm_head_timer()  # uvicorn's keep-alive timeout takes over until the next head
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+            return  # a request is being served: its head came in time
+        if self._in_head:
+            self._refusal = f"the request's head did not arrive within {self.header_timeout:g} s"
+            self._send_error(408, b"Request Timeout", self._refusal)
+        else:
+            self.transport.close()  # nothing was sent
 
     def _too_long(self) -> str:
         return f"the request's head is over {self.max_header_bytes} bytes"
@@ -95,8 +138,12 @@ class BoundedHttp(HttpToolsProtocol):
         self._send_431(message)
 
     def _send_431(self, message: str) -> None:
+        self._send_error(431, _REASON, message)
+
+    def _send_error(self, status: int, reason: bytes, message: str) -> None:
+        self._disarm_head_timer()
         body = json.dumps({"error": {"code": "invalid_request", "message": message}}).encode()
-        head = [b"HTTP/1.1 431 " + _REASON + b"\r\n"]
+        head = [b"HTTP/1.1 " + str(status).encode("ascii") + b" " + reason + b"\r\n"]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
         head += [
@@ -115,8 +162,18 @@ class _Refused(Exception):
 
 def bounded(settings: Settings) -> type[BoundedHttp]:
     """The protocol class of one service process, with the bounds of ``settings``."""
-    bounds = {"max_header_bytes": settings.max_header_bytes, "max_headers": settings.max_headers}
+    bounds = {
+        "max_header_bytes": settings.max_header_bytes,
+        "max_headers": settings.max_headers,
+        "header_timeout": settings.header_timeout,
+    }
     return type("BoundedHttp", (BoundedHttp,), bounds)
 
 
-__all__ = ["BoundedHttp", "bounded"]
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's own bounds, from ``settings``: the time a connection may wait between requests
+    and the connections served at once (beyond them a request is answered 503)."""
+    return {"timeout_keep_alive": settings.keep_alive_timeout, "limit_concurrency": settings.max_connections}
+
+
+__all__ = ["BoundedHttp", "bounded", "uvicorn_options"]

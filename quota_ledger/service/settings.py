@@ -59,6 +59,13 @@ class Settings(BaseSettings):
         65_536, ge=1024, le=16 * 1024 * 1024, description="bytes of a request head; more: 431"
     )
     max_headers: int = Field(100, ge=8, le=10_000, description="headers of a request; more: 431")
+    header_timeout: float = Field(
+        10.0, gt=0, le=3600, description="seconds a request's head may take to arrive; then 408"
+    )
+    keep_alive_timeout: float = Field(5.0, gt=0, le=3600, description="seconds an idle connection is kept")
+    max_connections: int = Field(
+        1000, ge=1, le=100_000, description="connections served at once (per process); more: 503"
+    )
     token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")

@@ -1,6 +1,8 @@
-"""Request heads are bounded: one over ``max_header_bytes`` or with more than ``max_headers``
-headers is answered 431 before the application sees it, and a huge one does not hold up other
-clients."""
+"""Connections are bounded: a request head over ``max_header_bytes`` or with more than
+``max_headers`` headers is answered 431 before the application sees it (and a huge one does not
+hold up other clients); a head slower than ``header_timeout`` is answered 408, an idle
+connection is closed after ``keep_alive_timeout``, and past ``max_connections`` a request is
+answered 503."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from quota_ledger.service.settings import Settings
 
 MAX_BYTES = 8192
 MAX_HEADERS = 20
+HEADER_TIMEOUT = 0.5
+KEEP_ALIVE = 0.5
+MAX_CONNECTIONS = 3
 
 
 @pytest.fixture
@@ -32,8 +37,22 @@ def served() -> Iterator[tuple[str, list[str]]]:
         seen.append("ping")
         return {"ok": True}
 
-    settings = Settings(db="sqlite://", max_header_bytes=MAX_BYTES, max_headers=MAX_HEADERS)  # type: ignore[call-arg]
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", http=protocol.bounded(settings))
+    settings = Settings(  # type: ignore[call-arg]
+        db="sqlite://",
+        max_header_bytes=MAX_BYTES,
+        max_headers=MAX_HEADERS,
+        header_timeout=HEADER_TIMEOUT,
+        keep_alive_timeout=KEEP_ALIVE,
+        max_connections=MAX_CONNECTIONS,
+    )
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="error",
+        http=protocol.bounded(settings),
+        **protocol.uvicorn_options(settings),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -92,3 +111,58 @@ def test_a_huge_header_is_cut_off_without_reading_it_whole(served: tuple[str, li
     assert sent < 4 * 1024 * 1024
     assert httpx.get(f"{base}/ping").status_code == 200  # and the service serves the others
     assert seen == ["ping"]
+
+
+def _connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (or 10 s pass)."""
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
+def test_a_head_that_trickles_in_is_answered_408(served: tuple[str, list[str]]) -> None:
+    base, seen = served
+    with _connect(base) as sock:
+        sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        answer = _read_all(sock)
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert waited < 9  # closed by the server, not by the client's own timeout
+    assert seen == []
+
+
+def test_a_connection_that_sends_nothing_is_closed(served: tuple[str, list[str]]) -> None:
+    base, _ = served
+    with _connect(base) as sock:
+        assert _read_all(sock) == b""  # closed, not held until the client gives up
+
+
+def test_an_idle_connection_after_a_response_is_closed(served: tuple[str, list[str]]) -> None:
+    base, seen = served
+    with _connect(base) as sock:
+        sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        started = time.monotonic()
+        answer = _read_all(sock)
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert waited < 4  # the setting, not uvicorn's default of 5 s
+    assert seen == ["ping"]
+
+
+def test_past_max_connections_a_request_is_answered_503(served: tuple[str, list[str]]) -> None:
+    base, _ = served
+    held = [_connect(base) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.1)  # accepted by the server
+        answer = httpx.get(f"{base}/ping")
+        assert answer.status_code == 503
+    finally:
+        for sock in held:
+            sock.close()
