@@ -77,7 +77,8 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         import quota_ledger
 
-        parser.exit(message=f"{parser.prog} {quota_ledger.__version__}\n")
+        print(f"{parser.prog} {quota_ledger.__version__}")  # on stdout, as argparse's own prints it
+        parser.exit()
 
 
 def shared_options() -> SharedOptions:

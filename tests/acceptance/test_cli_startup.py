@@ -47,7 +47,14 @@ def ledger(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "args",
-    [("--help",), ("usage", "root"), ("limits", "show"), ("reserve", "root.a", "vcore=1"), ("audit",)],
+    [
+        ("--help",),
+        ("--version",),
+        ("usage", "root"),
+        ("limits", "show"),
+        ("reserve", "root.a", "vcore=1"),
+        ("audit",),
+    ],
 )
 def test_commands_start_without_the_packages_of_other_commands(ledger: Path, args: tuple[str, ...]) -> None:
     assert loaded_by(ledger, *args).isdisjoint(LATE)
@@ -55,3 +62,25 @@ def test_commands_start_without_the_packages_of_other_commands(ledger: Path, arg
 
 def test_the_db_commands_load_alembic_when_they_run(ledger: Path) -> None:
     assert "alembic" in loaded_by(ledger, "db", "current")
+
+
+def test_version_prints_the_installed_version_without_reading_it_at_start_up() -> None:
+    from importlib import metadata
+
+    import quota_ledger
+
+    result = subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, f"quota-ledger {metadata.version('quota-ledger')}\n")
+    assert quota_ledger.__version__ == metadata.version("quota-ledger")
+    # read when asked for (the lookup scans the environment), not when the package is imported
+    probe = "import quota_ledger; print('__version__' in vars(quota_ledger))"
+    lazy = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert lazy.stdout.strip() == "False"
