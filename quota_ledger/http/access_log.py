@@ -70,8 +70,20 @@ class AccessLog:
                 "token": name,
             }
             return json.dumps(fields, separators=(",", ":"))
-        method, path = scope["method"], scope["path"]
+        method, path = printable(scope["method"]), printable(scope["path"])
         return f"{when} {client} {method} {path} {status} {took_ms:.1f}ms token={name or '-'}"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters, spaces and backslashes escaped: a path sent with an
+    encoded newline or terminal escape cannot forge a line or repaint a terminal, and every
+    line still splits into its fields on spaces."""
+    return text.translate(_ESCAPES)
+
+
+_ESCAPES = {
+    code: f"\\x{code:02x}" for code in (*range(0x21), *range(0x7F, 0xA0))
+} | {ord("\\"): "\\\\"}
 
 
 def configure(fmt: AccessLogFormat, *, verbose: bool = False) -> None:

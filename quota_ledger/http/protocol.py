@@ -171,9 +171,17 @@ def bounded(settings: Settings) -> type[BoundedHttp]:
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's own bounds, from ``settings``: the time a connection may wait between requests
-    and the connections served at once (beyond them a request is answered 503)."""
-    return {"timeout_keep_alive": settings.keep_alive_timeout, "limit_concurrency": settings.max_connections}
+    """uvicorn's own bounds, from ``settings``: the time a connection may wait between requests,
+    the connections served at once (beyond them a request is answered 503), and the proxies
+    whose forwarded headers are believed (none unless configured: any other client could name
+    any address in them)."""
+    proxies = [each.strip() for each in settings.trusted_proxies.split(",") if each.strip()]
+    return {
+        "timeout_keep_alive": settings.keep_alive_timeout,
+        "limit_concurrency": settings.max_connections,
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": proxies or None,
+    }
 
 
 __all__ = ["BoundedHttp", "bounded", "uvicorn_options"]

@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     header_timeout: float = Field(
         10.0, gt=0, le=3600, description="seconds a request's head may take to arrive; then 408"
     )
+    trusted_proxies: str = Field(
+        "",
+        description="comma-separated addresses (or *) whose X-Forwarded-For/-Proto are believed",
+    )
     keep_alive_timeout: float = Field(5.0, gt=0, le=3600, description="seconds an idle connection is kept")
     max_connections: int = Field(
         1000, ge=1, le=100_000, description="connections served at once (per process); more: 503"

@@ -131,3 +131,15 @@ def test_serve_logs_requests_as_json_and_the_application_summary_at_info(tmp_pat
     assert " INFO quota_ledger.summary: " in summary[0]
     assert json.loads(summary[0].split("QUOTA_APP_SUMMARY: ", 1)[1])["appId"] == "app-1"
     assert secret not in err
+
+
+def test_a_path_cannot_forge_a_line_or_send_terminal_escapes() -> None:
+    from quota_ledger.http.access_log import printable
+
+    forged = "/v1/x\n2026-01-01T00:00:00Z 6.6.6.6 POST /v1/audit 200 1.0ms token=admin\x1b[2J\\x0a"
+    line = printable(forged)
+    assert "\n" not in line
+    assert "\x1b" not in line
+    assert " " not in line
+    assert line.startswith("/v1/x\\x0a2026")
+    assert line.endswith("\\\\x0a")  # a backslash sent is told apart from an escape

@@ -6,6 +6,7 @@ answered 503."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from quota_ledger.http import protocol
 from quota_ledger.service.settings import Settings
@@ -26,25 +27,17 @@ KEEP_ALIVE = 0.5
 MAX_CONNECTIONS = 3
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[str, list[str]]]:
-    """A tiny app behind the service's protocol with small bounds; the paths the app saw."""
+@contextlib.contextmanager
+def _serving(settings: Settings) -> Iterator[tuple[str, list[str]]]:
+    """A tiny app behind the service's protocol and uvicorn options; the paths the app saw."""
     seen: list[str] = []
     app = FastAPI()
 
     @app.get("/ping")
-    def ping() -> dict[str, bool]:
+    def ping(request: Request) -> dict[str, str | None]:
         seen.append("ping")
-        return {"ok": True}
+        return {"client": request.client.host if request.client else None}
 
-    settings = Settings(  # type: ignore[call-arg]
-        db="sqlite://",
-        max_header_bytes=MAX_BYTES,
-        max_headers=MAX_HEADERS,
-        header_timeout=HEADER_TIMEOUT,
-        keep_alive_timeout=KEEP_ALIVE,
-        max_connections=MAX_CONNECTIONS,
-    )
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -66,6 +59,20 @@ def served() -> Iterator[tuple[str, list[str]]]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, list[str]]]:
+    settings = Settings(  # type: ignore[call-arg]
+        db="sqlite://",
+        max_header_bytes=MAX_BYTES,
+        max_headers=MAX_HEADERS,
+        header_timeout=HEADER_TIMEOUT,
+        keep_alive_timeout=KEEP_ALIVE,
+        max_connections=MAX_CONNECTIONS,
+    )
+    with _serving(settings) as running:
+        yield running
 
 
 def test_a_head_within_the_bounds_is_served(served: tuple[str, list[str]]) -> None:
@@ -166,3 +173,12 @@ def test_past_max_connections_a_request_is_answered_503(served: tuple[str, list[
     finally:
         for sock in held:
             sock.close()
+
+
+def test_forwarded_headers_are_believed_only_from_trusted_proxies(served: tuple[str, list[str]]) -> None:
+    base, _ = served
+    forged = {"X-Forwarded-For": "6.6.6.6"}
+    assert httpx.get(f"{base}/ping", headers=forged).json()["client"] == "127.0.0.1"
+    trusting = Settings(db="sqlite://", trusted_proxies="127.0.0.1")  # type: ignore[call-arg]
+    with _serving(trusting) as (behind_proxy, _):
+        assert httpx.get(f"{behind_proxy}/ping", headers=forged).json()["client"] == "6.6.6.6"
