@@ -9,6 +9,7 @@ command would then find a file without tables.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,10 +77,15 @@ def describe(url: str | URL) -> str:
 
 
 def prepare(url: str | URL) -> None:
-    """Make the directory of a SQLite ledger that is about to be created."""
+    """Make the directory and the file of a SQLite ledger that is about to be created, readable
+    by their owner only: the ledger holds the service's token digests and everyone's usage, and
+    SQLite gives its journal files the database file's permissions."""
     path = sqlite_file(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if path is None:
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # an existing ledger keeps its permissions
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def require_existing(url: str | URL) -> None:
