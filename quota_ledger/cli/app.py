@@ -81,4 +81,6 @@ def _open(args: argparse.Namespace, settings: Settings, url: str | None) -> Quot
         location.prepare(settings.db)
     else:
         location.require_existing(settings.db)  # else SQLite would leave an empty file behind
-    return QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
+    # Someone waits at the terminal: a refused connection is a stopped server or a wrong URL,
+    # said at once rather than after the 14 s a service spends riding out a failover.
+    return QuotaEngine.from_url(settings.db_urls, **settings.engine_options(), retry_refused=False)

@@ -18,7 +18,13 @@ from quota_ledger.driver import dialect, pg_functions, topology
 from quota_ledger.driver.fair_lock import FairLock
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.model.errors import DatabaseUnavailable, InvalidRequest, QuotaLedgerError, SchemaNotReady
+from quota_ledger.model.errors import (
+    DatabaseUnavailable,
+    DatabaseUnreachable,
+    InvalidRequest,
+    QuotaLedgerError,
+    SchemaNotReady,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("quota_ledger.driver")
@@ -40,6 +46,14 @@ class DbQuotaDriver:
     of up to about 9 s (a Galera node killed, a standby promoted) is always ridden out, and one
     of up to 15 s usually is, before a caller sees :class:`DatabaseUnavailable`.
 
+    A connection that cannot be opened is :class:`DatabaseUnreachable`, naming the host and the
+    driver's reason. Failed authentication and an unknown database are raised at once: no retry
+    fixes them. A refused connection is retried like a disconnect (a restarting server refuses
+    for a few seconds) unless ``retry_refused`` is false: then the first attempt of an
+    operation that meets one gives up at once (the CLI's choice: nothing listening there is
+    far likelier a wrong URL or a stopped server than a failover, and 14 s of silence helps
+    no one). A refusal after the operation has already lost a connection is still retried.
+
     ``read_engine``, when given, runs ``run(work, read_only=True)``: replicas for reads that
     tolerate bounded staleness. Everything else runs on ``engine``, the writer.
     """
@@ -56,6 +70,7 @@ class DbQuotaDriver:
         retry_seconds: float = 15.0,
         backoff_base: float = 0.005,
         backoff_cap: float = 3.0,
+        retry_refused: bool = True,
     ) -> None:
         self.engine = engine
         self.read_engine = read_engine
@@ -66,6 +81,8 @@ class DbQuotaDriver:
         self.retry_seconds = retry_seconds
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
+        #: a refused connection on an operation's first attempt is retried (else: given up at once)
+        self.retry_refused = retry_refused
         self._lock = threading.Lock()
         #: retries taken, by cause (``conflict``, ``disconnect``, ``duplicate``)
         self.retries: Tally[str] = Tally()
@@ -89,6 +106,7 @@ class DbQuotaDriver:
         retry_seconds: float = 15.0,
         backoff_cap: float = 3.0,
         galera_sync_wait: int = topology.GALERA_SYNC_WAIT,
+        retry_refused: bool = True,
     ) -> DbQuotaDriver:
         """A driver on ``url``: one URL, or the writer candidates in order of preference (see
         :mod:`.topology`); ``read_urls`` are replicas for :meth:`run`'s read-only work."""
@@ -108,6 +126,7 @@ class DbQuotaDriver:
             retry_attempts=retry_attempts,
             retry_seconds=retry_seconds,
             backoff_cap=backoff_cap,
+            retry_refused=retry_refused,
         )
 
     @property
@@ -173,6 +192,9 @@ class DbQuotaDriver:
         try:
             yield
         except exc.DBAPIError as error:
+            failed = dialect.connect_failure(error)
+            if failed is not None:
+                raise self._unreachable(failed, 1) from error
             kind = dialect.classify(error)
             if kind == dialect.MISSING_SCHEMA:
                 raise SchemaNotReady() from error
@@ -187,6 +209,13 @@ class DbQuotaDriver:
 
     def _after_error(self, error: exc.DBAPIError, attempt: int, deadline: float) -> int:
         """Raise what the caller should see, or count a retry, wait, and return the attempt."""
+        failed = dialect.connect_failure(error)
+        if failed is not None:
+            connect_kind = failed[0]
+            if connect_kind in dialect.PERMANENT or (
+                connect_kind == dialect.REFUSED and attempt == 0 and not self.retry_refused
+            ):
+                raise self._unreachable(failed, attempt + 1) from error
         kind = dialect.classify(error)
         if kind == dialect.MISSING_SCHEMA:
             raise SchemaNotReady() from error
@@ -196,10 +225,25 @@ class DbQuotaDriver:
         self._count(kind)
         spent = self._spent(attempt, deadline)
         if spent:
+            if failed is not None:
+                seconds = None if attempt >= self.max_attempts else self.retry_seconds
+                raise self._unreachable(failed, attempt, seconds) from error
             detail = f"{kind}: {type(error.orig).__name__}"
             raise DatabaseUnavailable(f"gave up after {spent} ({detail})") from error
         self._sleep(attempt, kind, deadline)
         return attempt
+
+    def _unreachable(
+        self, failed: tuple[str, str], attempts: int, seconds: float | None = None
+    ) -> DatabaseUnreachable:
+        kind, reason = failed
+        return DatabaseUnreachable(
+            dialect.where(self.engine.url),
+            reason,
+            permanent=kind in dialect.PERMANENT,
+            attempts=attempts,
+            seconds=seconds,
+        )
 
     def _after_pool_error(self, error: Exception, attempt: int, deadline: float) -> int:
         # Pool exhausted or a connection that failed its check: nothing was sent.

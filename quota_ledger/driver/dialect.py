@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -297,3 +298,78 @@ def classify(error: exc.DBAPIError) -> str:
     ):
         return RETRY_DISCONNECT
     return FATAL
+
+
+# A connection that could not be opened, sorted by what would fix it. Only the text says which
+# on psycopg: a failed connection carries no SQLSTATE.
+REFUSED = "refused"  # nothing listens there (yet): a server that is down or restarting
+AUTHENTICATION = "authentication"  # wrong user or password: retrying cannot fix it
+UNKNOWN_DATABASE = "unknown_database"  # the server has no such database: nor this
+UNKNOWN_HOST = "unknown_host"  # the name does not resolve
+UNREACHABLE = "unreachable"  # a timeout, no route, a reset: anything else before a session
+#: connection failures that no retry can fix
+PERMANENT = frozenset({AUTHENTICATION, UNKNOWN_DATABASE})
+
+_MY_AUTHENTICATION = {1044, 1045, 1698}  # access denied to the database / for the user
+_MY_UNKNOWN_DATABASE = 1049
+_MY_CANNOT_CONNECT = {2002, 2003}  # CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR
+_MY_UNKNOWN_HOST = 2005
+# libpq's and the server's words; "the database system is starting up" must stay transient
+_PG_WORDS = (
+    (re.compile(r"authentication failed|no pg_hba\.conf entry|^role \".*\" does not exist"), AUTHENTICATION),
+    (re.compile(r"^database \".*\" does not exist"), UNKNOWN_DATABASE),
+    (re.compile(r"connection refused"), REFUSED),
+    (re.compile(r"failed to resolve host|could not translate host name"), UNKNOWN_HOST),
+)
+
+
+def connect_failure(error: exc.DBAPIError) -> tuple[str, str] | None:
+    """``(kind, reason)`` when ``error`` is a connection that could not be opened: the kind
+    above, and the driver's reason in its own words (``connection refused``, ``password
+    authentication failed for user "app"``, ``Unknown database 'x'``), which never holds a
+    password. None for any other error."""
+    orig = error.orig
+    text = str(orig).strip()
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    code = args[0] if args and isinstance(args[0], int) else None
+    if code is not None:  # pymysql: (errno, message)
+        message = str(args[1]) if len(args) > 1 else text
+        if code in _MY_AUTHENTICATION:
+            return AUTHENTICATION, message
+        if code == _MY_UNKNOWN_DATABASE:
+            return UNKNOWN_DATABASE, message
+        if code == _MY_UNKNOWN_HOST:
+            return UNKNOWN_HOST, message
+        if code in _MY_CANNOT_CONNECT:
+            if "refused" in message.lower():
+                return REFUSED, "connection refused"
+            return UNREACHABLE, message
+        return None
+    if not type(orig).__module__.startswith("psycopg") or getattr(orig, "sqlstate", None) is not None:
+        return None
+    if not text.startswith(("connection failed", "connection is bad", "failed to resolve host")):
+        return None
+    # "connection failed: connection to server at "h", port 1 failed: FATAL:  <reason>": the
+    # last host's reason (a multi-host URL names each in turn).
+    first = text.splitlines()[0]
+    reason = first.rsplit("failed: ", 1)[-1].removeprefix("FATAL:").strip()
+    lowered = reason.lower()
+    if "connection refused" in lowered:
+        reason = "connection refused"
+    for words, kind in _PG_WORDS:
+        if words.search(lowered):
+            return kind, reason
+    return UNREACHABLE, reason
+
+
+def where(url: URL) -> str:
+    """``user@host:port/database`` of ``url`` for a message: never its password."""
+    if url.get_backend_name() == "sqlite":
+        return url.database or "memory"
+    hosts = url.query.get("host") if url.host is None else None
+    if isinstance(hosts, tuple):
+        hosts = ",".join(hosts)
+    host = url.host or hosts or "localhost"
+    port = f":{url.port}" if url.port else ""
+    user = f"{url.username}@" if url.username else ""
+    return f"{user}{host}{port}/{url.database or ''}"

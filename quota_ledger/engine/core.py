@@ -71,6 +71,7 @@ class QuotaEngine(Reservations, Configuration, KubernetesObjects, UsageReports, 
         retry_seconds: float = 15.0,
         backoff_cap: float = 3.0,
         galera_sync_wait: int = 1,
+        retry_refused: bool = True,
         max_resources_per_request: int = validation.DEFAULT_MAX_RESOURCES_PER_REQUEST,
         max_resources_per_limit_set: int = validation.DEFAULT_MAX_RESOURCES_PER_LIMIT_SET,
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
@@ -86,7 +87,10 @@ class QuotaEngine(Reservations, Configuration, KubernetesObjects, UsageReports, 
         ``retry_attempts`` times and ``retry_seconds`` long, waits growing up to
         ``backoff_cap`` seconds; the defaults ride out a failover of about 9 s. On Galera the
         writer's sessions set ``wsrep_sync_wait = galera_sync_wait`` (0: not at all). See
-        :class:`DbQuotaDriver` and :mod:`quota_ledger.driver.topology`.
+        :class:`DbQuotaDriver` and :mod:`quota_ledger.driver.topology`. A connection that
+        cannot be opened raises :class:`DatabaseUnreachable` with the host and the driver's
+        reason: at once for failed authentication or an unknown database, and for a refused
+        connection too when ``retry_refused`` is false (the CLI's choice).
 
         ``max_resources_per_*`` bound how many resources one request, one limit set and one
         partition may name (:class:`TooManyResources` beyond them).
@@ -105,6 +109,7 @@ class QuotaEngine(Reservations, Configuration, KubernetesObjects, UsageReports, 
                 retry_seconds=retry_seconds,
                 backoff_cap=backoff_cap,
                 galera_sync_wait=galera_sync_wait,
+                retry_refused=retry_refused,
             ),
             default_ttl=default_ttl,
             max_resources_per_request=max_resources_per_request,

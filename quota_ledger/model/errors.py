@@ -141,6 +141,30 @@ class DatabaseUnavailable(QuotaLedgerError):
     """The database could not be reached or kept failing; retry later."""
 
 
+class DatabaseUnreachable(DatabaseUnavailable):
+    """No connection to the database could be opened."""
+
+    def __init__(
+        self, where: str, reason: str, *, permanent: bool, attempts: int, seconds: float | None = None
+    ) -> None:
+        #: ``user@host:port/database``: never the password
+        self.where = where
+        #: the driver's reason: ``connection refused``, ``password authentication failed ...``
+        self.reason = reason
+        #: retrying cannot fix it (authentication failed, no such database): fix the URL
+        self.permanent = permanent
+        self.attempts = attempts
+        #: the retry budget in seconds, when the clock rather than the attempts stopped it
+        self.seconds = seconds
+        if permanent:
+            tail = "retrying cannot fix this: check the URL and the credentials"
+        else:
+            tail = f"gave up after {attempts} attempt{'s' * (attempts != 1)}"
+            if seconds is not None:
+                tail += f" in {seconds:g} s"
+        super().__init__(f"cannot connect to {where}: {reason}; {tail}")
+
+
 class SchemaNotReady(QuotaLedgerError):
     """The ledger tables are missing or outdated: run `quota-ledger db upgrade`."""
 
