@@ -6,6 +6,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
@@ -63,6 +64,36 @@ class BodyLimit:
 
 class _TooLarge(Exception):
     pass
+
+
+class RelativeRedirects:
+    """Send redirects (the router's own, from ``/path/`` to ``/path``) as a path, never with the
+    scheme and host they were built from: those come from the request's ``Host`` header, which
+    the client chose."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def relative(message: Message) -> None:
+            if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+                message["headers"] = [
+                    (name, _path_of(value) if name.lower() == b"location" else value)
+                    for name, value in message.get("headers", [])
+                ]
+            await send(message)
+
+        await self.app(scope, receive, relative)
+
+
+def _path_of(location: bytes) -> bytes:
+    parts = urlsplit(location.decode("latin-1"))
+    path = "/" + parts.path.lstrip("/")  # never "//host/...", which a browser reads as a host
+    return (path + (f"?{parts.query}" if parts.query else "")).encode("latin-1")
 
 
 async def _too_large(send: Send) -> None:
@@ -134,6 +165,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(docs.build(app, auth))
     app.add_middleware(FastLane, auth=auth, ops=ledger_ops.LedgerOps(engine, metrics))
     app.add_middleware(BodyLimit)
+    app.add_middleware(RelativeRedirects)
     if settings.access_log != "off":
         app.add_middleware(AccessLog, fmt=settings.access_log)  # outermost: sees every answer, 413 too
     app.state.engine = engine
