@@ -52,6 +52,7 @@ def __getattr__(name: str) -> str:
         return version
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "AmbiguousReservationId",
     "ApplicationNotFound",

@@ -48,9 +48,7 @@ def synopsis() -> str:
     return re.sub(r"\([^)]*\)", " ", block.group(1))  # remarks in parentheses
 
 
-def segments(
-    text: str, names: list[tuple[str, ...]]
-) -> tuple[list[str], dict[tuple[str, ...], list[str]]]:
+def segments(text: str, names: list[tuple[str, ...]]) -> tuple[list[str], dict[tuple[str, ...], list[str]]]:
     """The words before the first command (the global options), and the words after each command."""
     words = WORD.findall(text)
     longest_first = sorted(names, key=len, reverse=True)
