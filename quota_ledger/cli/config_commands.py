@@ -15,6 +15,7 @@ from quota_ledger.cli.arguments import read_source
 from quota_ledger.cli.exit_codes import EXIT_ERROR
 from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.quantity import format_quantity
 from quota_ledger.service.settings import Settings
 
@@ -54,12 +55,22 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
 def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
     source = read_source(args.file)
     before = engine.config_version()
+    try:  # who the change puts over a limit, as `config diff` says it; applying reports errors
+        over = engine.diff_config(source).over_limit
+    except QuotaLedgerError:
+        over = ()
     with progress.bar(f"applying {args.file}", None):
         version = engine.apply_config(source, allow_removing_all=args.allow_removing_all)
     if version == before:
         output.say(args, {"version": version}, "configuration unchanged: version {version} stays in force")
-    else:
-        output.say(args, {"version": version}, "applied configuration version {version}")
+        return 0
+    if args.json:
+        output.emit({"version": version, "over_limit": [dataclasses.asdict(o) for o in over]})
+        return 0
+    print(f"applied configuration version {version}")
+    if over:
+        print("over their limit after this change (nothing is evicted; new reservations there are refused):")
+        print("\n".join(_aligned([("!", _who(o), o.resource, _over(o)) for o in over])))
     return 0
 
 

@@ -363,6 +363,10 @@ def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
     return list(model.model_fields)
 
 
+#: what a partition holds: found at the top of a document, they are one level too high
+_PARTITION_KEYS = frozenset({"queues", "placementrules", "limits", "nodesortpolicy", "preemption"})
+
+
 def _describe(error: ErrorDetails, data: object) -> ConfigProblem:
     loc = error["loc"]
     where = ".".join(str(part) for part in loc) or "(document)"
@@ -372,6 +376,12 @@ def _describe(error: ErrorDetails, data: object) -> ConfigProblem:
         close = difflib.get_close_matches(key.lower(), _known_keys(loc), n=1, cutoff=0.6)
         if close:
             text += f" (did you mean {close[0]!r}?)"
+        elif len(loc) == 1 and key.lower() in _PARTITION_KEYS:
+            # A partition's keys at the top: the document lacks the level that lists partitions.
+            text += (
+                f": a configuration starts with 'partitions:', a list of partitions, each with its "
+                f"{key!r}: partitions: [{{name: default, {key}: ...}}]"
+            )
     else:
         text = _MUST_BE.get(error["type"], error["msg"])
     partition, queue, limit = _locate(data, loc)

@@ -88,7 +88,13 @@ def parse_url(url: str | URL) -> URL:
     try:
         return make_url(url)
     except exc.ArgumentError as error:
-        raise InvalidRequest(f"not a database URL: {url!r}", field="db") from error
+        message = f"not a database URL: {url!r}"
+        if isinstance(url, str) and "://" not in url and url.strip():
+            # A file name: the URL of a SQLite file has three slashes before a relative path.
+            message += f"; the SQLite file {url} is sqlite:///{url}"
+            if not url.startswith("/"):
+                message += " (an absolute path has a fourth slash: sqlite:////path/to/file.db)"
+        raise InvalidRequest(message, field="db") from error
 
 
 def normalize_url(url: str | URL) -> URL:

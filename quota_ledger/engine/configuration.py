@@ -69,8 +69,12 @@ class Configuration(EngineBase):
         )
 
     def validate_config(self, source: Any) -> list[ConfigProblem]:
-        """Every problem of a configuration; changes nothing (empty list: it would apply)."""
-        return configure.check(arguments.read_path(source), self.bounds)[1]
+        """Every problem of a configuration; changes nothing (empty list: it would apply).
+
+        Read against the configuration in force, as :meth:`apply_config` would: an empty
+        document is a problem when it would remove the limits in force."""
+        source = arguments.read_path(source)
+        return self.driver.run(lambda tx: configure.check_in_force(tx, source, self.bounds), read_only=True)
 
     def config(self) -> dict[str, Any]:
         """The configuration in force, normalized (a dict :meth:`apply_config` accepts)."""

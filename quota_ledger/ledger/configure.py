@@ -271,6 +271,17 @@ def reconcile(tx: LedgerTx, rules: PartitionRules, now: datetime) -> None:
     )
 
 
+def check_in_force(tx: LedgerTx, source: Any, bounds: validation.Bounds | None = None) -> list[ConfigProblem]:
+    """Every problem :func:`replace_with` and :func:`check` would find in ``source`` against the
+    configuration in force: an empty document is one when it would remove limits."""
+    problems = check(source, bounds)[1]
+    if not problems and _shape_problem(source) is None and model.is_empty(source):
+        document, capacity, _kube = tx.load_config(tx.config_version())
+        if _has_limits(document, capacity):
+            problems.append(EMPTY_DOCUMENT)
+    return problems
+
+
 def replace_with(source: Any) -> Edit:
     """An edit that applies ``source`` as the whole configuration (root capacity is kept)."""
 

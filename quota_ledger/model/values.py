@@ -130,6 +130,8 @@ class ConfigProblem:
     message: str
 
     def describe(self) -> str:
+        if not (self.partition or self.queue or self.limit):
+            return self.message  # the whole document: its YAML, its top-level keys
         where = f"partition {self.partition!r}"
         if self.queue:
             where += f", queue {self.queue}"
