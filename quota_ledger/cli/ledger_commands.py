@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from typing import TYPE_CHECKING
 
 from quota_ledger.cli import output, views
@@ -93,6 +94,8 @@ def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
         ttl=args.ttl,
         key=args.key,
     )
+    for warning in made.warnings:  # on stderr: --json output stays one document
+        print(f"warning: {warning}", file=sys.stderr)
     return output.reservation(args, made)
 
 

@@ -266,6 +266,7 @@ def _reservation(data: Mapping[str, Any]) -> Reservation:
         committed=data.get("committed"),
         resolved_at=when(data.get("resolved_at")),
         released_at=when(data.get("released_at")),
+        warnings=tuple(data.get("warnings") or ()),
     )
 
 

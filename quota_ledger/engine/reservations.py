@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from quota_ledger.config import typos
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
 from quota_ledger.ledger import group_commit, release, reserve, reserve_set, resolve, resolve_set
@@ -113,7 +115,7 @@ class Reservations(EngineBase):
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
         )
-        return self._reservation(request)
+        return self._reservation(request, warn=True)
 
     def reserve_pod(
         self,
@@ -294,15 +296,25 @@ class Reservations(EngineBase):
             raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
         return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
 
-    def _reservation(self, request: ReserveRequest) -> Operation[Reservation]:
+    def _reservation(self, request: ReserveRequest, *, warn: bool = False) -> Operation[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
         alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
         together = reserve_set.together(self.rules, request) if self._sets else None
         order = (request.partition, request.queue)
-        return Operation(group_commit.Request(step, order, fast, alone, together))
+        finish = None
+        if warn:  # a queue and resources typed by hand (a pod's come from its manifest)
+            # The rules this engine compiled last, in memory: a few set lookups when all is known.
+            known = self.rules.known(self.driver.run).partition(request.partition)
+            said = typos.warnings(known, request.queue, request.resources)
+            finish = partial(_warned, said) if said else None
+        return Operation(group_commit.Request(step, order, fast, alone, together), finish)
 
     def _commit_alone(
         self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
     ) -> tuple[Reservation, bool]:
         return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id), False
+
+
+def _warned(warnings: tuple[str, ...], reservation: Reservation) -> Reservation:
+    return dataclasses.replace(reservation, warnings=warnings)

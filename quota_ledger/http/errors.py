@@ -99,6 +99,10 @@ def ledger_error(error: errors.QuotaLedgerError) -> tuple[int, dict[str, Any]]:
     status, code = status_of(error)
     if status == 500:
         return status, internal(error)
+    if isinstance(error, errors.DatabaseUnreachable):
+        # The host and the driver's words are for the operator's log, not for callers.
+        log.warning("answered 503: %s", error)
+        return status, body(code, errors.DatabaseUnavailable.__doc__ or "", **_details(error))
     return status, body(code, str(error), **_details(error))
 
 

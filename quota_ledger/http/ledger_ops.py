@@ -34,6 +34,7 @@ def reservation_body(reservation: Reservation) -> dict[str, Any]:
     found = {name: getattr(reservation, name) for name in _FIELDS}
     found["state"] = reservation.state.value
     found["groups"] = list(reservation.groups)
+    found["warnings"] = list(reservation.warnings)
     return pydantic_core.to_jsonable_python(found)  # type: ignore[no-any-return]
 
 
@@ -42,7 +43,21 @@ def reservation_response(reservation: Reservation, status_code: int = 200) -> Re
     found = {name: getattr(reservation, name) for name in _FIELDS}
     found["state"] = reservation.state.value
     found["groups"] = list(reservation.groups)
-    return Response(pydantic_core.to_json(found), status_code=status_code, media_type="application/json")
+    found["warnings"] = list(reservation.warnings)
+    headers = {"Warning": warning_header(reservation.warnings)} if reservation.warnings else None
+    return Response(
+        pydantic_core.to_json(found), status_code=status_code, media_type="application/json", headers=headers
+    )
+
+
+def warning_header(warnings: Sequence[str]) -> str:
+    """RFC 7234 warn-values with code 299 (miscellaneous persistent warning), as the Kubernetes
+    API server sends them: ``299 - "text"``, comma-separated, in ASCII."""
+    values = []
+    for text in warnings:
+        quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+        values.append(f'299 - "{quoted}"'.encode("ascii", "backslashreplace").decode("ascii"))
+    return ", ".join(values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,12 +99,15 @@ class ReservationOut(BaseModel):
     committed: dict[str, int] | None = None
     resolved_at: datetime | None = None
     released_at: datetime | None = None
+    #: what a reserve named that no configuration knows, a likely typo (also ``Warning`` headers)
+    warnings: list[str] = []
 
     @classmethod
     def of(cls, reservation: Reservation) -> ReservationOut:
         data = dataclasses.asdict(reservation)
         data["state"] = reservation.state.value
         data["groups"] = list(reservation.groups)
+        data["warnings"] = list(reservation.warnings)
         return cls(**data)
 
 

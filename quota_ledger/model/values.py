@@ -41,6 +41,9 @@ class Reservation:
     resolved_at: datetime | None = None
     #: when a committed reservation was released as a whole (``release_reservation``)
     released_at: datetime | None = None
+    #: what the request named that no configuration knows (a likely typo); set on the result of
+    #: a reserve only, never stored
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sqlalchemy.engine import URL
 from test_cli import cli
@@ -16,14 +14,14 @@ from quota_ledger.model.errors import DatabaseUnavailable, DatabaseUnreachable
     "url", ["postgresql://nobody:hunter2@127.0.0.1:1/x", "mysql://nobody:hunter2@127.0.0.1:1/x"]
 )
 def test_a_refused_connection_is_named_at_once_without_the_password(url: str) -> None:
-    started = time.monotonic()
     result = cli("--db", url, "usage")
-    spent = time.monotonic() - started
     assert result.returncode == 1
     assert "nobody@127.0.0.1:1/x" in result.stderr
     assert "connection refused" in result.stderr
     assert "hunter2" not in result.stderr
-    assert spent < 10, f"the CLI waited {spent:.1f} s for a refused connection"
+    # Given up on the first attempt, not after the 14 s of ten (a wall clock is unreliable here:
+    # a loaded machine takes seconds to start the interpreter).
+    assert "gave up after 1 attempt" in result.stderr
     verbose = cli("-v", "--db", url, "usage")
     assert "connection refused" in verbose.stderr
     assert "hunter2" not in verbose.stderr
@@ -49,13 +47,11 @@ def test_the_library_retries_a_refused_connection_unless_told_not_to() -> None:
 
 def test_an_unknown_database_is_not_retried(server_db_url: URL) -> None:
     missing = server_db_url.set(database="no_such_ledger_database", password="hunter2")
-    started = time.monotonic()
     result = cli("--db", missing.render_as_string(hide_password=False), "usage")
     assert result.returncode == 1
     assert "no_such_ledger_database" in result.stderr
     assert "retrying cannot fix this" in result.stderr
     assert "hunter2" not in result.stderr
-    assert time.monotonic() - started < 10
     driver = DbQuotaDriver.from_url(missing, retry_attempts=5)
     with pytest.raises(DatabaseUnreachable) as caught:
         driver.partitions()

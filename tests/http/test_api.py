@@ -210,3 +210,17 @@ def test_a_request_that_cannot_be_read_says_what_is_wrong(service: Service) -> N
         assert form.status_code == 422
         assert form.json()["error"]["code"] == "invalid_request"
         assert "send Content-Type: application/json" in form.json()["error"]["message"]
+
+
+def test_a_reservation_naming_an_unknown_resource_warns_in_body_and_header(service: Service) -> None:
+    with service.client("admin") as api:
+        yaml_body = {"Content-Type": "application/yaml"}
+        assert api.put("/v1/config", content=QUEUES_YAML, headers=yaml_body).is_success
+        typo = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"vcores": 1}})
+        assert typo.status_code == 201
+        expected = "`vcores` is not limited anywhere in partition default; did you mean `vcore`?"
+        assert typo.json()["warnings"] == [expected]
+        assert typo.headers["Warning"] == f'299 - "{expected}"'
+        fine = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"vcore": 1}})
+        assert fine.json()["warnings"] == []
+        assert "Warning" not in fine.headers
