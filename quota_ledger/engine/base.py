@@ -102,7 +102,8 @@ class EngineBase:
         if not isinstance(resources, Mapping):
             raise InvalidRequest("resources must map resource names to quantities", field="resources")
         bound(resources)
-        return parse_resources(resources)
+        # A request's amounts are exact: a fraction of a unit is refused, not rounded up.
+        return parse_resources(resources, exact=True)
 
     def _apply(self, tx: LedgerTx, edit: configure.Edit | None = None, **kw: Any) -> int:
         return configure.apply(tx, edit, compiled=self.rules.remember, bounds=self.bounds, **kw)

@@ -90,12 +90,14 @@ def parse_fraction(text: str, *, resource: str = "") -> Fraction:
     return -value if negative else value
 
 
-def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -> int:
+def parse_quantity(resource: str, value: object, *, milli: bool | None = None, exact: bool = False) -> int:
     """Parse one resource amount into integer base units.
 
     ``value`` is a quantity string (``"250m"``, ``"1Gi"``, ``"1e3"``) or a Python ``int``, which
     means the same as its decimal text (so ``vcore=2`` is two cores, 2000 milli-cores, as in
-    YuniKorn's configuration). Floats are refused because they are not exact.
+    YuniKorn's configuration). Floats are refused because they are not exact. With ``exact``
+    (a request: reserve, commit, release) a fraction of the resource's unit is refused instead of
+    rounded up: ``fpga=1.5`` is an error, not two FPGAs, wherever it comes from.
     """
     if milli is None:
         milli = is_milli(resource)
@@ -122,10 +124,17 @@ def parse_quantity(resource: str, value: object, *, milli: bool | None = None) -
     magnitude = len(digits) + scale
     if magnitude > 40:
         raise InvalidQuantity(resource, value, "exceeds 2^63-1")
-    if magnitude < -40:
-        return 1  # positive and far below one unit: rounds up to one
-    exact = int(digits) * Fraction(10) ** scale * multiplier
-    units = math.ceil(exact * factor)
+    if magnitude < -40:  # positive and far below one unit: rounds up to one
+        units, whole = 1, False
+    else:
+        amount = int(digits) * Fraction(10) ** scale * multiplier
+        units = math.ceil(amount * factor)
+        whole = units == amount * factor
+    if exact and not whole:
+        unit = "milli-core" if milli else "unit"
+        raise InvalidQuantity(
+            resource, value, f"{resource} is counted in whole {unit}s: a fraction would round up to {units}"
+        )
     if units > MAX_QUANTITY:
         raise InvalidQuantity(resource, value, "exceeds 2^63-1")
     return units
@@ -136,11 +145,15 @@ def validate_resource_name(resource: object) -> str:
     return validation.resource(resource)
 
 
-def parse_resources(resources: Mapping[str, object]) -> dict[str, int]:
-    """Parse a resource mapping into ``{name: base units}``, sorted by name."""
+def parse_resources(resources: Mapping[str, object], *, exact: bool = False) -> dict[str, int]:
+    """Parse a resource mapping into ``{name: base units}``, sorted by name (``exact``: see
+    :func:`parse_quantity`)."""
     if not isinstance(resources, Mapping):
         raise InvalidRequest("resources must be a mapping of resource name to quantity")
-    parsed = {validate_resource_name(name): parse_quantity(name, value) for name, value in resources.items()}
+    parsed = {
+        validate_resource_name(name): parse_quantity(name, value, exact=exact)
+        for name, value in resources.items()
+    }
     if APPLICATIONS in parsed:
         # The ledger counts running applications under this name; nobody may reserve it.
         raise InvalidQuantity(APPLICATIONS, str(resources[APPLICATIONS]), "reserved resource name")

@@ -35,3 +35,11 @@ def test_reserve_warns_about_an_unknown_resource_and_queue(tmp_path: Path) -> No
     fine = cli("reserve", "root.dev", "vcore=1", db=db)
     assert fine.returncode == 0
     assert "warning" not in fine.stderr
+
+
+def test_a_fraction_of_a_whole_unit_is_refused_as_python_and_http_refuse_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ok(cli("db", "upgrade", db=db))
+    refused = cli("reserve", "root.a", "fpga=1.5", db=db)
+    assert refused.returncode == 1
+    assert "fpga is counted in whole units" in refused.stderr

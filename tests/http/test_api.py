@@ -224,3 +224,9 @@ def test_a_reservation_naming_an_unknown_resource_warns_in_body_and_header(servi
         fine = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"vcore": 1}})
         assert fine.json()["warnings"] == []
         assert "Warning" not in fine.headers
+        fraction = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"vcore": "0.0001"}})
+        assert fraction.status_code == 422
+        assert fraction.json()["error"]["code"] == "invalid_quantity"
+        whole = api.post("/v1/reservations", json={"queue": "root.a", "resources": {"fpga": "1.5"}})
+        assert whole.status_code == 422
+        assert "whole units" in whole.json()["error"]["message"]

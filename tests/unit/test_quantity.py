@@ -513,3 +513,15 @@ def test_parse_is_ceil_of_exact_value(whole: int, frac: str, suffix: str) -> Non
     assert parse_quantity("memory", text) == ceil(exact)
     assert parse_quantity("vcore", text) == ceil(exact * 1000)
     assert exact == Fraction(f"{whole}.{frac or 0}") * parse_fraction(f"1{suffix}")
+
+
+def test_a_request_refuses_a_fraction_of_a_whole_unit_that_a_limit_rounds_up() -> None:
+    with pytest.raises(InvalidQuantity, match="whole units"):
+        parse_resources({"fpga": "1.5"}, exact=True)
+    with pytest.raises(InvalidQuantity, match="whole milli-cores"):
+        parse_resources({"vcore": "0.0001"}, exact=True)
+    assert parse_resources({"fpga": "1.5"}) == {"fpga": 2}  # a limit, as YuniKorn reads it
+    assert parse_resources({"vcore": "1.5", "memory": "1.5Gi"}, exact=True) == {
+        "memory": 3 * 2**29,
+        "vcore": 1500,
+    }
