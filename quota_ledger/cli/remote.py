@@ -24,7 +24,7 @@ from quota_ledger.model.values import ConfigProblem, Drift, Reservation, Reserva
 if TYPE_CHECKING:
     import httpx
 
-INSTALL_HINT = "pip install 'quota-ledger[remote]'"
+INSTALL_HINT = "pip install -e '.[remote]' in a clone (pip install 'quota-ledger[remote]' from an index)"
 
 
 class RemoteEngine:

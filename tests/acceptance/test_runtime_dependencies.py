@@ -89,5 +89,5 @@ sys.exit(main(["--url", "http://127.0.0.1:9", "usage", "root"]))
 """
     result = python(code, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    assert "pip install 'quota-ledger[remote]'" in result.stderr
+    assert "pip install -e '.[remote]'" in result.stderr
     assert "Traceback" not in result.stderr
