@@ -1,5 +1,6 @@
 """Clusters of the tests' own: a three-node Galera cluster and a PostgreSQL primary with a hot
-standby, one per test module; a failure to set one up fails the tests (no skip).
+standby, one per test module; a failure to set one up fails the tests (no skip; Galera on a
+machine without MariaDB is the one exception, see ``galera``).
 
 Every test here is marked ``cluster`` (``-m "not cluster"`` leaves them out). Each cluster serves
 one test, whose steps build on each other: the xdist workers split a module's tests, and each
@@ -21,8 +22,17 @@ from pg_replication import PgReplication
 
 
 @pytest.fixture(scope="module")
-def galera() -> Iterator[GaleraCluster]:
-    """Three synced nodes; node 1 bootstrapped the group."""
+def galera(request: pytest.FixtureRequest) -> Iterator[GaleraCluster]:
+    """Three synced nodes; node 1 bootstrapped the group.
+
+    A machine without MariaDB's server (a fresh one: unlike PostgreSQL's, it comes with no wheel
+    to fall back on) skips these tests, with the reason, unless the MariaDB tests were asked for
+    (tests/conftest.py); then the missing programs fail them."""
+    if missing := GaleraCluster.missing():
+        try:
+            request.getfixturevalue("mariadb_server")
+        except pytest.skip.Exception as skipped:
+            pytest.skip(f"no Galera cluster without {', '.join(missing)}, and {skipped.msg}")
     made = GaleraCluster.create()
     try:
         made.start()

@@ -12,7 +12,7 @@ never touched. Run as root, the servers run as the ``mysql`` user in directories
 the rsync daemon of a state transfer would drop to ``nobody`` and could not write the data).
 
 Anything that keeps the cluster from starting raises :class:`ClusterError`: the tests fail
-loudly instead of skipping.
+loudly instead of skipping (but see the ``galera`` fixture for a machine with no MariaDB).
 """
 
 from __future__ import annotations
@@ -237,15 +237,20 @@ class GaleraCluster:
         self.root = root
         self.nodes = [GaleraNode(root, i + 1, p) for i, p in enumerate(ports)]
 
-    @classmethod
-    def create(cls, root: Path | None = None, *, size: int = 3) -> GaleraCluster:
-        """Lay out a new cluster: free ports, one ``my.cnf`` per node, node 1's system tables."""
+    @staticmethod
+    def missing() -> list[str]:
+        """The programs a cluster needs that this machine lacks."""
         missing = [str(p) for p in (MARIADBD, PROVIDER) if not p.is_file()]
         if shutil.which(INSTALL_DB) is None:
             missing.append(INSTALL_DB)
         if shutil.which("rsync") is None:
             missing.append("rsync (the state transfer method)")
-        if missing:
+        return missing
+
+    @classmethod
+    def create(cls, root: Path | None = None, *, size: int = 3) -> GaleraCluster:
+        """Lay out a new cluster: free ports, one ``my.cnf`` per node, node 1's system tables."""
+        if missing := cls.missing():
             needed = ", ".join(missing)
             raise ClusterError(f"missing for a Galera cluster: {needed} (install mariadb-server, galera-4)")
         if root is None:

