@@ -250,7 +250,8 @@ def test_cli_commands_on_a_stopped_database_exit_1_with_a_ledger_error(
     url = engine.driver.url.render_as_string(hide_password=False)
     for argv in (["db", "current"], ["db", "upgrade"], ["usage", "root.a"], ["commit", rid], ["audit"]):
         assert cli.main(["--db", url, "--json", *argv]) == cli.EXIT_ERROR, argv
-        assert '"error": "DatabaseUnavailable"' in capsys.readouterr().err, argv
+        # DatabaseUnreachable is the DatabaseUnavailable of a connection that cannot be opened
+        assert '"error": "DatabaseUnreachable"' in capsys.readouterr().err, argv
 
 
 def test_the_sweeper_outlives_a_missing_schema_and_an_outage(cluster: PgCluster) -> None:

@@ -56,7 +56,7 @@ def test_an_empty_document_validates_and_applies_only_where_it_removes_nothing(l
     with pytest.raises(ConfigError) as refused:
         ledger.apply_config("# nothing\n")
     assert refused.value.problems == [EMPTY_DOCUMENT]
-    assert ledger.validate_config("") == []  # validation still agrees with YuniKorn
+    assert ledger.validate_config("") == [EMPTY_DOCUMENT]  # validation agrees with apply
     assert ledger.limits() == {"root.a": {"applications": 1}}
 
 
