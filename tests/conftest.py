@@ -305,18 +305,50 @@ _BACKEND_FIXTURES = ("db_url", "server_db_url", "core_db_url", "empty_db")
 _deselected: Counter[str] = Counter()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server-tests",
+        action="store_true",
+        help="run only the tests of a database server (PostgreSQL or MariaDB): the ones "
+        "parametrized on one, or asking for one by name; the rest (SQLite, unit, CLI, HTTP, "
+        "clusters of the tests' own) are left out, for a run beside a full one",
+    )
+
+
+_SERVER_FIXTURES = {"postgres_url", "mariadb_url", "postgres_server", "mariadb_server"}
+
+
+def _backend_of(item: pytest.Item) -> str | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if isinstance(path := params.get("decision_path"), DecisionPath):
+        return path.backend
+    return next((params[f] for f in _BACKEND_FIXTURES if f in params), None)
+
+
+def _uses_server(item: pytest.Item) -> bool:
+    backend = _backend_of(item)
+    if backend is not None:
+        return backend != "sqlite"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(value in ("postgresql", "mariadb") for value in params.values()):
+        return True
+    return bool(_SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out tests of backends that were not requested (counted in the summary)."""
+    """Leave out tests of backends that were not requested (counted in the summary), and with
+    ``--server-tests`` every test that needs no database server."""
     requested = _requested()
+    servers_only = config.getoption("--server-tests")
     keep, drop = [], []
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        backend = next((params[f] for f in _BACKEND_FIXTURES if f in params), None)
-        if isinstance(path := params.get("decision_path"), DecisionPath):
-            backend = path.backend
+        backend = _backend_of(item)
         if backend is not None and backend not in requested:
             drop.append(item)
             _deselected[backend] += 1
+        elif servers_only and not _uses_server(item):
+            drop.append(item)
+            _deselected["no server"] += 1
         else:
             keep.append(item)
     if drop:
@@ -348,6 +380,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             lines.append(f"{backend}: requested, {_ran[backend]} database tests, {source}")
         else:
             lines.append(f"{backend}: NOT requested, {_deselected[backend]} tests deselected")
+    if _deselected["no server"]:
+        lines.append(f"--server-tests: {_deselected['no server']} tests that need no server left out")
     terminalreporter.section("quota-ledger backends")
     for line in lines:
         terminalreporter.write_line(line)
