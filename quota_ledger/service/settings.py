@@ -71,6 +71,17 @@ class Settings(BaseSettings):
         1000, ge=1, le=100_000, description="connections served at once (per process); more: 503"
     )
     token_cache_seconds: float = Field(5.0, ge=0, description="how long a verified token is trusted")
+    session_max_age: int = Field(
+        8 * 3600,
+        ge=60,
+        le=30 * 24 * 3600,
+        description="seconds a browser stays signed in to the dashboard (the session cookie's Max-Age)",
+    )
+    tls_at_proxy: bool = Field(
+        False,
+        description="TLS ends at a proxy in front of the service: browsers reach it over HTTPS, so "
+        "the session cookie is Secure (named __Host-...) and pages send Strict-Transport-Security",
+    )
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
