@@ -10,3 +10,14 @@ EXIT_USAGE = 2
 EXIT_OVER_QUOTA = 3
 #: ``audit`` found counters that disagree with the ledger history (without ``--fix``)
 EXIT_DRIFT = 4
+
+#: what each code means, as a command's ``--help`` lists it
+MEANINGS: dict[int, str] = {
+    0: "ok",
+    EXIT_ERROR: "error: the message is on standard error (JSON with --json)",
+    EXIT_USAGE: "bad usage: an unknown command or option, a missing argument, an unreadable token file",
+    EXIT_OVER_QUOTA: "over quota: the request would take a queue, user or group over its limit",
+    EXIT_DRIFT: "drift: counters disagree with the ledger history (without --fix)",
+}
+#: the codes every command may return
+MEANINGS_SHARED: dict[int, str] = {code: MEANINGS[code] for code in (0, EXIT_ERROR, EXIT_USAGE)}
