@@ -285,9 +285,14 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
     code, message, details = error.get("code"), error.get("message", ""), error.get("details") or {}
     if code == "over_quota":
         fields = {f.name for f in dataclasses.fields(Violation)}
-        return errors.OverQuota(
-            [Violation(**{k: v for k, v in d.items() if k in fields}) for d in details.get("violations", [])]
-        )
+        refused = errors.OverQuota([])
+        # A limit outside a restricted token's subtree comes without its usage (null in_use
+        # and reserved), which Violation.describe cannot print: the service's message says it.
+        refused.violations = [
+            Violation(**{k: v for k, v in d.items() if k in fields}) for d in details.get("violations", [])
+        ]
+        refused.args = (message,)
+        return refused
     if code == "removes_all_limits":
         return errors.RemovesAllLimits(details.get("partitions", []))
     if code == "invalid_config":

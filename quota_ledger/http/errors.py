@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from quota_ledger.http import scoped
 from quota_ledger.model import errors
 
 log = logging.getLogger("quota_ledger.http")
@@ -66,7 +67,7 @@ def body(code: str, message: str, **details: Any) -> dict[str, Any]:
 def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if isinstance(error, errors.OverQuota):
-        found["violations"] = [dataclasses.asdict(v) for v in error.violations]
+        found["violations"] = scoped.violations_body(error)
     if isinstance(error, errors.ConfigError):
         found["problems"] = [dataclasses.asdict(p) for p in error.problems]
     if isinstance(error, errors.InvalidResourceQuota):

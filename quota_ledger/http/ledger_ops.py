@@ -5,6 +5,7 @@ request would be decided."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import pydantic_core
 from fastapi.responses import Response
 
 from quota_ledger.engine import Operation, QuotaEngine
-from quota_ledger.http import models
+from quota_ledger.http import models, scoped
 from quota_ledger.http.auth import check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
@@ -70,6 +71,10 @@ class Planned:
     operation: Operation[Reservation]
     #: ``time.perf_counter()`` when it was asked for (its latency runs from there)
     started: float
+    #: a reserve's operation under another key (for a key held outside the token's subtree)
+    rekey: Callable[[str], Operation[Reservation]] | None = None
+    #: the key the caller sent, when this operation runs under its scoped form
+    sent_key: str | None = None
 
 
 class LedgerOps:
@@ -82,8 +87,9 @@ class LedgerOps:
         self.metrics = metrics
 
     def reserve(self, body: models.ReserveBody, token: Token, key: Any) -> Reservation:
-        """Reserve in a queue, or what a Pod needs: 403 outside the token's scope; an
-        idempotency conflict names the reservation only if the token may see it."""
+        """Reserve in a queue, or what a Pod needs: 403 outside the token's scope. A key held
+        by a reservation the token may not see is no conflict: the reservation is made under
+        the key's scoped form (:mod:`quota_ledger.http.scoped`)."""
         return self.decide(self.plan_reserve(body, token, key))
 
     def commit(
@@ -96,7 +102,10 @@ class LedgerOps:
 
     def plan_reserve(self, body: models.ReserveBody, token: Token, key: Any) -> Planned:
         """:meth:`reserve`, checked; raises its refusal of the request (403, 422...)."""
-        return self._plan("reserve", token, lambda: self._prepare_reserve(body, token, key))
+        planned = self._plan("reserve", token, lambda: self._prepare_reserve(body, token, key))
+        if token.queue is None:
+            return planned
+        return dataclasses.replace(planned, rekey=lambda other: self._prepare_reserve(body, token, other))
 
     def plan_commit(
         self, reservation_id: str, token: Token, resources: Mapping[str, Any] | None = None
@@ -111,28 +120,39 @@ class LedgerOps:
         return self._plan("rollback", token, lambda: self.engine.prepare_rollback(reservation_id))
 
     def decide(self, planned: Planned) -> Reservation:
-        """Decide a planned operation: its reservation, or raises its refusal."""
+        """Decide a planned operation: its reservation as the token sees it, or raises its
+        refusal."""
         try:
             reservation = self.engine.decide(planned.operation)
         except Exception as error:
-            shown = self._settled(planned, error)
-            if shown is error:
+            settled = self._settled(planned, error)
+            if isinstance(settled, Planned):
+                return self.decide(settled)
+            if settled is error:
                 raise
-            raise shown from None
+            raise settled from None
         self.metrics.record(planned.name, planned.started)
-        return reservation
+        return scoped.shown(planned.token, reservation)
 
     def decide_all(self, planned: Sequence[Planned]) -> list[Reservation | Exception]:
         """Decide many planned operations from this thread, each as :meth:`decide` would: in
         order, each one's reservation or refusal."""
         outcomes = self.engine.decide_all([p.operation for p in planned])
         decided: list[Reservation | Exception] = []
+        again: list[tuple[int, Planned]] = []  # reserves to make under a scoped key
         for p, outcome in zip(planned, outcomes, strict=True):
             if isinstance(outcome, Exception):
-                decided.append(self._settled(p, outcome))
+                settled = self._settled(p, outcome)
+                if isinstance(settled, Planned):
+                    again.append((len(decided), settled))
+                    settled = outcome  # replaced below
+                decided.append(settled)
             else:
                 self.metrics.record(p.name, p.started)
-                decided.append(outcome)
+                decided.append(scoped.shown(p.token, outcome))
+        if again:
+            for (where, _), outcome in zip(again, self.decide_all([p for _, p in again]), strict=True):
+                decided[where] = outcome
         return decided
 
     def _plan(self, name: str, token: Token, prepare: Callable[[], Operation[Reservation]]) -> Planned:
@@ -144,18 +164,33 @@ class LedgerOps:
             raise
         return Planned(name, token, operation, started)
 
-    def _settled(self, planned: Planned, error: Exception) -> Exception:
-        """The refusal the token gets: an idempotency conflict names the reservation only if
-        the token may see it (the key may belong to one outside its scope)."""
-        self.metrics.record(planned.name, planned.started, error)
+    def _settled(self, planned: Planned, error: Exception) -> Exception | Planned:
+        """The refusal the token gets, or the reserve to make instead.
+
+        An idempotency conflict with a reservation the token may not see is no conflict for
+        it: the reserve is made again under the key's scoped form (once). A conflict names the
+        reservation only if the token may see it, and the key the caller sent; an over-quota
+        refusal shows no usage outside the token's subtree.
+        """
         if not isinstance(error, IdempotencyConflict) or error.reservation_id is None:
-            return error
+            self.metrics.record(planned.name, planned.started, error)
+            return scoped.refusal(planned.token, error)
+        sent = planned.sent_key if planned.sent_key is not None else error.key
         try:
-            if visible(planned.token, self.engine.get(error.reservation_id)):
-                return error
+            mine = visible(planned.token, self.engine.get(error.reservation_id))
         except Exception as failed:  # reading it failed: the token gets that error instead
+            self.metrics.record(planned.name, planned.started, failed)
             return failed
-        return IdempotencyConflict(error.partition, error.key, None)
+        other = scoped.scoped_key(planned.token, error.partition, sent)
+        if not mine and planned.rekey is not None and other is not None:
+            try:
+                operation = planned.rekey(other)
+            except Exception as failed:
+                self.metrics.record(planned.name, planned.started, failed)
+                return failed
+            return Planned(planned.name, planned.token, operation, planned.started, sent_key=sent)
+        self.metrics.record(planned.name, planned.started, error)
+        return IdempotencyConflict(error.partition, sent, error.reservation_id if mine else None)
 
     def _prepare_reserve(self, body: models.ReserveBody, token: Token, key: Any) -> Operation[Reservation]:
         engine = self.engine
@@ -181,6 +216,27 @@ class LedgerOps:
             cross_namespace_affinity=body.cross_namespace_affinity,
         )
 
+    def by_key(self, key: str, token: Token, partition: str) -> Reservation:
+        """The reservation ``token`` made with ``key``: the one stored under the key if the
+        token may see it, else the one under the key's scoped form; a key held only outside
+        the token's scope is not found, as if it had never been used."""
+        try:
+            found = self.engine.get_by_key(key, partition=partition)
+        except ReservationNotFound:
+            found = None
+        if found is not None and visible(token, found):
+            return scoped.shown(token, found)
+        other = scoped.scoped_key(token, partition, key)
+        if other is not None:
+            try:
+                mine = self.engine.get_by_key(other, partition=partition)
+            except ReservationNotFound:
+                pass
+            else:
+                if visible(token, mine):
+                    return scoped.shown(token, mine)
+        raise ReservationNotFound(key)  # the same answer as for a key never used
+
     def owned(self, reservation_id: str, token: Token) -> None:
         """A reservation outside a restricted token's scope is not found, as if it did not exist:
         the token learns nothing about it (not even that it exists)."""
@@ -192,7 +248,8 @@ class LedgerOps:
     def release_reservation(self, reservation_id: str, token: Token, *, finished: bool) -> Reservation:
         self.owned(reservation_id, token)
         with self.metrics.observe("release_reservation"):
-            return self.engine.release_reservation(reservation_id, finished=finished)
+            done = self.engine.release_reservation(reservation_id, finished=finished)
+        return scoped.shown(token, done)
 
 
 def visible(token: Token, reservation: Reservation) -> bool:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Requ
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import config_models, config_views, ledger_ops, models
+from quota_ledger.http import config_models, config_views, ledger_ops, models, scoped
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
@@ -58,10 +58,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         partition: Annotated[str, Query(max_length=64)] = "default",
     ) -> models.ReservationOut:
         """The reservation made with this idempotency key (a pod's uid for ``reserve_pod``)."""
-        found = engine.get_by_key(key, partition=partition)
-        if not ledger_ops.visible(token, found):
-            raise ReservationNotFound(key)  # the same answer as for a key never used
-        return models.ReservationOut.of(found)
+        return models.ReservationOut.of(ops.by_key(key, token, partition))
 
     @router.get("/reservation-ids", response_model=list[str], tags=["ledger"])
     def reservation_ids(
@@ -84,7 +81,7 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         found = engine.get(reservation_id)
         if not ledger_ops.visible(token, found):
             raise ReservationNotFound(reservation_id)
-        return models.ReservationOut.of(found)
+        return models.ReservationOut.of(scoped.shown(token, found))
 
     @router.post(
         "/reservations/{reservation_id}/commit", response_model=models.ReservationOut, tags=["ledger"]

@@ -1,0 +1,126 @@
+"""A token restricted to a queue subtree learns nothing of the rest of its partition: not that an
+idempotency key is used there, nor the usage of a queue above its subtree when a limit there
+refuses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from http_support import Service
+
+from quota_ledger.service import tokens
+
+ANCESTOR_LIMITED = """
+partitions:
+  - name: default
+    queues:
+      - name: root
+        queues:
+          - name: p
+            resources: {max: {fpga: 4}}
+            queues:
+              - name: a
+                resources: {max: {fpga: 3}}
+              - name: b
+"""
+
+
+def _reserve(client: Any, queue: str, fpga: int, key: str | None = None) -> Any:
+    body: dict[str, Any] = {"queue": queue, "resources": {"fpga": fpga}}
+    if key is not None:
+        body["key"] = key
+    return client.post("/v1/reservations", json=body)
+
+
+@pytest.mark.parametrize("service", [{}, {"batching": True}], indirect=True, ids=["alone", "batching"])
+def test_a_key_used_outside_the_subtree_is_answered_as_a_key_never_used(service: Service) -> None:
+    with service.client("service") as other:
+        theirs = _reserve(other, "root.b", 1, "k")
+        assert theirs.status_code == 201
+    with service.client("team-a") as team:
+        mine = _reserve(team, "root.a", 1, "k")
+        assert mine.status_code == 201, mine.text
+        assert mine.json()["key"] == "k"
+        assert mine.json()["id"] != theirs.json()["id"]
+        # a retry finds its reservation, whichever way it comes
+        assert _reserve(team, "root.a", 1, "k").json()["id"] == mine.json()["id"]
+        header = team.post(
+            "/v1/reservations",
+            json={"queue": "root.a", "resources": {"fpga": 1}},
+            headers={"Idempotency-Key": "k"},
+        )
+        assert header.json()["id"] == mine.json()["id"]
+        batch = team.post(
+            "/v1/batch",
+            json={"operations": [{"op": "reserve", "queue": "root.a", "resources": {"fpga": 1}, "key": "k"}]},
+        )
+        assert batch.json()["results"] == [{"status": 201, "body": mine.json()}]
+        found = team.get("/v1/reservations", params={"key": "k"})
+        assert found.json() == mine.json()
+        assert team.get(f"/v1/reservations/{mine.json()['id']}").json()["key"] == "k"
+        committed = team.post(f"/v1/reservations/{mine.json()['id']}/commit")
+        assert committed.json()["key"] == "k"
+        # another request under the key conflicts with the token's own reservation, named
+        clash = _reserve(team, "root.a", 2, "k")
+        assert clash.status_code == 409
+        assert clash.json()["error"]["code"] == "idempotency_conflict"
+        assert mine.json()["id"] in clash.json()["error"]["message"]
+        assert theirs.json()["id"] not in clash.text
+    with service.client("service") as unrestricted:
+        assert unrestricted.get("/v1/reservations", params={"key": "k"}).json()["id"] == theirs.json()["id"]
+        stored = unrestricted.get(f"/v1/reservations/{mine.json()['id']}").json()["key"]
+        assert stored.startswith("k~")  # the scoped form, as stored
+
+
+def test_a_key_used_inside_the_subtree_is_still_a_conflict(service: Service) -> None:
+    with service.client("service") as other:
+        theirs = _reserve(other, "root.a.x", 1, "k")
+    with service.client("team-a") as team:
+        clash = _reserve(team, "root.a", 1, "k")
+        assert clash.status_code == 409
+        assert theirs.json()["id"] in clash.json()["error"]["message"]
+
+
+def test_a_limit_above_the_subtree_refuses_without_its_usage(service: Service) -> None:
+    with service.client("admin") as admin:
+        put = admin.put("/v1/config", content=ANCESTOR_LIMITED, headers={"Content-Type": "application/yaml"})
+        assert put.status_code == 200, put.text
+    service.tokens["team-pa"] = tokens.add(service.engine, "team-pa", "service", queue="root.p.a")
+    with service.client("service") as other:
+        assert _reserve(other, "root.p.b", 2).status_code == 201
+    with service.client("team-pa") as team:
+        refused = team.post("/v1/reservations", json={"queue": "root.p.a", "resources": {"fpga": 3}})
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "over_quota"
+        assert error["details"]["violations"] == [
+            {
+                "scope": "root.p",
+                "resource": "fpga",
+                "limit": 4,
+                "in_use": None,
+                "reserved": None,
+                "requested": 3,
+                "partition": "default",
+                "kind": "queue",
+                "name": None,
+                "shortfall": 1,
+            }
+        ]
+        assert error["message"] == "over quota: fpga at root.p: limit 4, requested 3, over by 1"
+        # a limit inside the subtree is shown whole
+        inside = team.post("/v1/reservations", json={"queue": "root.p.a", "resources": {"fpga": 4}})
+        shown = {v["scope"]: v for v in inside.json()["error"]["details"]["violations"]}
+        assert (shown["root.p.a"]["in_use"], shown["root.p.a"]["reserved"]) == (0, 0)
+        assert shown["root.p.a"]["shortfall"] == 1
+        assert (shown["root.p"]["in_use"], shown["root.p"]["shortfall"]) == (None, 2)
+        batch = team.post(
+            "/v1/batch",
+            json={"operations": [{"op": "reserve", "queue": "root.p.a", "resources": {"fpga": 3}}]},
+        )
+        assert batch.json()["results"] == [{"status": 409, "body": refused.json()}]
+    with service.client("service") as unrestricted:
+        whole = unrestricted.post("/v1/reservations", json={"queue": "root.p.a", "resources": {"fpga": 3}})
+        violation = whole.json()["error"]["details"]["violations"][0]
+        assert (violation["reserved"], violation["shortfall"]) == (2, 1)
