@@ -155,7 +155,7 @@ class Partition(_Model):
     Every key YuniKorn accepts on a partition is accepted and kept. The ledger acts on
     ``name``, ``queues`` and ``limits``; ``placementrules`` are validated as YuniKorn validates
     them; ``preemption``, ``nodesortpolicy``, ``usergroupresolver`` and ``statedumpfilepath``
-    are only kept.
+    are only kept. ``unknownnames`` is the ledger's own (see :mod:`quota_ledger.config.typos`).
     """
 
     name: str = ""
@@ -167,6 +167,9 @@ class Partition(_Model):
     preemption: Preemption | None = None
     usergroupresolver: UserGroupResolver | None = None
     statedumpfilepath: str = ""
+    #: the ledger's own key, not YuniKorn's: ``warn`` (the default when empty) or ``refuse`` a
+    #: reservation or a limit that names a resource or a queue the configuration does not know
+    unknownnames: str = ""
 
     null_is_empty = field_validator("placementrules", "limits", mode="before")(_none_to_empty)
 

@@ -76,6 +76,8 @@ class PartitionRules:
     #: queue -> the Kubernetes ResourceQuotas of the namespace placed there
     quotas: Mapping[str, tuple[ResourceQuota, ...]] = field(default_factory=dict)
     admission: AdmissionConfig | None = None
+    #: ``unknownnames: refuse``: a name the configuration does not know is refused, not warned
+    refuses_unknown_names: bool = False
 
     def quota(self, key: str) -> ResourceQuota | None:
         return next((q for qs in self.quotas.values() for q in qs if q.key == key), None)
@@ -186,6 +188,7 @@ def compile_config(
     to it (``{partition: {"quotas": {ns/name: {"queue", "manifest"}}, "admission": manifest}}``)."""
     kube = kube or {}
     queue_rules: dict[str, dict[str, QueueRule]] = {}
+    refusing = {p.name for p in config.partitions if p.unknownnames == "refuse"}
     for partition in config.partitions:
         found: dict[str, QueueRule] = {}
         for top in partition.queues or ():
@@ -205,6 +208,7 @@ def compile_config(
             dict(capacity.get(name, {})),
             {queue: tuple(sorted(qs, key=lambda q: q.key)) for queue, qs in quotas.items()},
             kube_admission.parse(admission) if admission is not None else None,
+            refuses_unknown_names=name in refusing,
         )
     return Rules(version, partitions)
 

@@ -80,6 +80,7 @@ def _check_partition(report: Report, partition: Partition) -> None:
     _check_queue_resource(report, root, root.name, None, is_root=True)
     check_placement_rules(report, partition)
     check_node_sort_policy(report, partition)
+    check_unknown_names(report, partition)
     _check_queue_max_applications(report, root, root.name)
     check_limit_hierarchy(report, root, root.name)
 
@@ -173,6 +174,8 @@ def _check_queue_resource(
     return children if is_zero(guaranteed) else guaranteed
 
 
+#: what a partition does with a name its configuration does not know ("": warn)
+UNKNOWN_NAMES = ("", "warn", "refuse")
 #: YuniKorn's node sorting policies ("" is its default, ``fair``)
 NODE_SORT_POLICIES = ("", "fair", "binpacking")
 
@@ -187,6 +190,12 @@ def check_node_sort_policy(report: Report, partition: Partition) -> None:
     for resource, weight in sorted(policy.resourceweights.items()):
         if weight < 0:
             report.add(f"node sorting weight of {resource} is {weight}: weights cannot be negative")
+
+
+def check_unknown_names(report: Report, partition: Partition) -> None:
+    """The ledger's own ``unknownnames``: empty (``warn``), ``warn`` or ``refuse``."""
+    if partition.unknownnames not in UNKNOWN_NAMES:
+        report.add(f"unknownnames {partition.unknownnames!r} is not known: use warn or refuse")
 
 
 def _check_queue_max_applications(report: Report, queue: Queue, path: str) -> None:

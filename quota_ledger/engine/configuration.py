@@ -11,7 +11,7 @@ from quota_ledger.ledger import configure, queue_limits, reads
 from quota_ledger.model import arguments, validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.quantity import APPLICATIONS, parse_limits
-from quota_ledger.model.values import ConfigProblem
+from quota_ledger.model.values import ConfigProblem, LimitsVersion
 
 
 class Configuration(EngineBase):
@@ -19,7 +19,7 @@ class Configuration(EngineBase):
 
     def set_limits(
         self, queue: str, resources: Mapping[str, Any], *, partition: str = DEFAULT_PARTITION
-    ) -> int:
+    ) -> LimitsVersion:
         """Set the named resources' limits on ``queue``'s subtree; None removes a limit.
 
         Resources not named keep their limits. This edits the queue's ``resources.max`` in the
@@ -30,7 +30,11 @@ class Configuration(EngineBase):
         same way (with the levels missing above it) in a configured partition without placement
         rules; otherwise through a whole new version. Lowering a limit below current usage is
         allowed: nothing is evicted, new reservations are refused until usage drops. Returns the
-        new configuration version (the one in force when nothing changes).
+        new configuration version (the one in force when nothing changes), an ``int`` whose
+        ``warnings`` name what looks like a typo of a known name: a resource no limit names yet
+        close to one that is, a new queue outside every configured one close to a configured
+        sibling. A partition with ``unknownnames: refuse`` raises :class:`UnknownResource` or
+        :class:`UnknownQueue` for those instead, and nothing changes.
         """
         validation.partition(partition)
         validation.queue(queue)

@@ -45,7 +45,10 @@ class Reservations(EngineBase):
         """Reserve ``resources`` in ``queue`` if every limit on the way to root allows it.
 
         Raises :class:`OverQuota` listing every limit that would be broken. With ``key``, a
-        repeated call returns the original reservation (in whatever state it is now).
+        repeated call returns the original reservation (in whatever state it is now). A
+        resource no limit of the partition names, or a queue outside every configured one, is
+        named in the reservation's ``warnings``; a partition with ``unknownnames: refuse``
+        raises :class:`UnknownResource` or :class:`UnknownQueue` instead.
         ``priority_class``, ``terminating``, ``best_effort`` (default: no vcore/cpu or memory
         requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
         ResourceQuotas in the queue's namespace match on.
@@ -114,8 +117,9 @@ class Reservations(EngineBase):
             key=key,
             kube={"usage": usage, "scopes": scopes.as_dict()},
             namespace=queue.rsplit(".", 1)[-1],
+            checks_names=True,
         )
-        return self._reservation(request, warn=True)
+        return self._reservation(request)
 
     def reserve_pod(
         self,
@@ -296,14 +300,14 @@ class Reservations(EngineBase):
             raise InvalidRequest("the pod has no metadata.uid: pass key=", field="key")
         return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
 
-    def _reservation(self, request: ReserveRequest, *, warn: bool = False) -> Operation[Reservation]:
+    def _reservation(self, request: ReserveRequest) -> Operation[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
         alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
         together = reserve_set.together(self.rules, request) if self._sets else None
         order = (request.partition, request.queue)
         finish = None
-        if warn:  # a queue and resources typed by hand (a pod's come from its manifest)
+        if request.checks_names:  # a queue and resources typed by hand (a pod's come from its manifest)
             # The rules this engine compiled last, in memory: a few set lookups when all is known.
             known = self.rules.known(self.driver.run).partition(request.partition)
             said = typos.warnings(known, request.queue, request.resources)

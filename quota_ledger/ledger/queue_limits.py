@@ -18,14 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from quota_ledger.config import local_check
+from quota_ledger.config import local_check, typos
+from quota_ledger.config.local_check import ConfigIndex
 from quota_ledger.config.queue_max import ROOT
-from quota_ledger.config.rules import with_queue_max
+from quota_ledger.config.rules import Rules, with_queue_max
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import configure
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import ConfigError
+from quota_ledger.model.values import LimitsVersion
 
 
 def set_limits(
@@ -35,13 +37,34 @@ def set_limits(
     queue: str,
     limits: Mapping[str, int | None],
     bounds: validation.Bounds,
-) -> int:
-    """Set (None: remove) ``limits`` on ``queue``'s max; returns the version in force after.
+) -> LimitsVersion:
+    """Set (None: remove) ``limits`` on ``queue``'s max; returns the version in force after,
+    with a warning for each name that looks like a typo of a known one (refused instead, with
+    nothing changed, where the partition refuses unknown names).
 
     Nothing changes, and no version is made, when every limit already has that value.
     """
     version = tx.lock_config_head()
     compiled, index = rules.indexed(tx, version)
+    before = compiled.partition(partition)
+    unknown = typos.in_limits(before, queue, limits)
+    if before.refuses_unknown_names and (refused := unknown.refusal()) is not None:
+        raise refused
+    made = _set(tx, rules, (compiled, index), partition, queue, limits, bounds)
+    return LimitsVersion(made, unknown.warnings())
+
+
+def _set(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    in_force: tuple[Rules, ConfigIndex],
+    partition: str,
+    queue: str,
+    limits: Mapping[str, int | None],
+    bounds: validation.Bounds,
+) -> int:
+    compiled, index = in_force
+    version = compiled.version
     if queue == ROOT:
         capacity = compiled.partition(partition).capacity
         changes = {r: v for r, v in limits.items() if capacity.get(r) != v}

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from quota_ledger.config.rules import Rules
+from quota_ledger.config import typos
+from quota_ledger.config.rules import PartitionRules, Rules
 from quota_ledger.driver import dialect, pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.pg_fast import Call
@@ -35,7 +36,7 @@ from quota_ledger.ledger.batch_decision import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import arguments, queues, tracking, validation
 from quota_ledger.model import limits as limit_rules
-from quota_ledger.model.errors import MissingCoveringQuota, OverQuota, PodMissingResources
+from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, OverQuota, PodMissingResources
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
@@ -65,6 +66,9 @@ class Request:
     namespace: str
     #: for a pod: containers that set no request or limit, per kind and resource
     missing: Missing | None = None
+    #: the queue and resources were named by hand (a pod's come from its manifest): a partition
+    #: with ``unknownnames: refuse`` refuses those its configuration does not know
+    checks_names: bool = False
 
     def pending(self, now: datetime) -> Reservation:
         """The reservation as stored, created at ``now`` (the database clock)."""
@@ -98,6 +102,7 @@ def build(
     kube: dict[str, Any],
     namespace: str,
     missing: Missing | None = None,
+    checks_names: bool = False,
 ) -> Request:
     """A request from the caller's arguments, its names checked (``resources`` and ``kube``
     are already parsed), with a new reservation id and the hash a repeat must match."""
@@ -125,7 +130,18 @@ def build(
         kube=kube,
         namespace=namespace,
         missing=missing,
+        checks_names=checks_names,
     )
+
+
+def refusal(rules: PartitionRules, request: Request) -> InvalidRequest | None:
+    """The error of a request naming what its partition's configuration does not know, where
+    the partition refuses such names (:mod:`quota_ledger.config.typos`); None otherwise. Every
+    path asks it of the rules it decides with; the function paths and sets leave a refused
+    request to the general path, which raises it under the partition lock."""
+    if not request.checks_names or not rules.refuses_unknown_names:
+        return None
+    return typos.in_request(rules, request.queue, request.resources).refusal()
 
 
 def reserve(
@@ -151,6 +167,8 @@ def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reque
         return found.reservation  # the first attempt committed before the connection dropped
     now = tx.lock_partition(partition, exclusive=False)
     in_force = rules.partition(tx, partition)
+    if (refused := refusal(in_force, request)) is not None:
+        raise refused
     quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
     reservation = request.pending(now)
     # Write our own new rows first and lock the shared counters last, so they are held only
@@ -244,8 +262,10 @@ def reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, 
 # -- the PostgreSQL function path --------------------------------------------------------------
 def quota_charges(rules: Rules, request: Request) -> list[tuple[str, str, int]] | None:
     """The (quota, resource, amount) charges of a request under ``rules``, or None when the
-    admission rules refuse it: the general path then decides again under the partition lock
-    (these ``rules`` may be out of date) and raises the refusal."""
+    admission rules or the partition's unknown names refuse it: the general path then decides
+    again under the partition lock (these ``rules`` may be out of date) and raises the refusal."""
+    if refusal(rules.partition(request.partition), request) is not None:
+        return None
     try:
         quotas = resource_quotas.admit(
             rules.partition(request.partition),

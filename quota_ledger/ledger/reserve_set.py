@@ -106,9 +106,12 @@ def _candidates(
     tx: LedgerTx, rules: PartitionRules, requests: Sequence[Request]
 ) -> list[tuple[int, Request]]:
     """The requests the set may decide, by place: those the ResourceQuota rules admit without
-    counting them, naming only resources the partition's counters name already."""
+    counting them and the partition's unknown names do not refuse, naming only resources the
+    partition's counters name already."""
     found: list[tuple[int, Request]] = []
     for n, request in enumerate(requests):
+        if reserve.refusal(rules, request) is not None:
+            continue  # its step raises the refusal
         try:
             quotas = resource_quotas.admit(
                 rules, request.queue, request.namespace, request.kube, request.missing

@@ -6,7 +6,7 @@ default message; the facts a program needs are attributes, never parsed out of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -131,6 +131,33 @@ class ReservationStateError(QuotaLedgerError):
         self.state = state
         self.operation = operation
         super().__init__(f"cannot {operation} reservation {reservation_id}: it is {state.value}")
+
+
+class UnknownResource(InvalidRequest):
+    """The request names a resource no limit of its partition names, and the partition refuses
+    unknown names (``unknownnames: refuse``); nothing was changed."""
+
+    def __init__(
+        self, partition: str, resources: Sequence[str], suggestions: Mapping[str, str], message: str
+    ) -> None:
+        self.partition = partition
+        #: the resources no limit of the partition names
+        self.resources = list(resources)
+        #: resource -> the closest name the partition limits, where one is close
+        self.suggestions = dict(suggestions)
+        super().__init__(f"{message}; partition {partition} refuses unknown names", field="resources")
+
+
+class UnknownQueue(InvalidRequest):
+    """The request names a queue outside every configured one, and the partition refuses
+    unknown names (``unknownnames: refuse``); nothing was changed."""
+
+    def __init__(self, partition: str, queue: str, suggestion: str | None, message: str) -> None:
+        self.partition = partition
+        self.queue = queue
+        #: the closest configured queue, where one is close
+        self.suggestion = suggestion
+        super().__init__(f"{message}; partition {partition} refuses unknown names", field="queue")
 
 
 class InvalidCommit(InvalidRequest):

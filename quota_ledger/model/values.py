@@ -151,3 +151,33 @@ class StoredReservation:
     request_hash: str
     #: Kubernetes quota usage and scope attributes ({"usage": ..., "scopes": ...}); None if unknown
     kube: dict[str, Any] | None = None
+
+
+class LimitsVersion(int):
+    """The configuration version :meth:`QuotaEngine.set_limits` leaves in force: an ``int``, as
+    it always was, that also carries the call's ``warnings`` (as :attr:`Reservation.warnings`
+    does for a reserve): the names it set that look like typos of known ones."""
+
+    #: what the call named that looks like a typo of a known name; never stored
+    warnings: tuple[str, ...]
+
+    def __new__(cls, version: int, warnings: tuple[str, ...] = ()) -> LimitsVersion:
+        made = super().__new__(cls, version)
+        made.warnings = tuple(warnings)
+        return made
+
+    def __repr__(self) -> str:
+        return f"LimitsVersion({int(self)}, warnings={self.warnings!r})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IdleCounter:
+    """A usage counter at zero that nothing references: what ``prune`` removes."""
+
+    partition: str
+    #: ``queue`` (a queue's own usage), or ``user``, ``group`` or ``quota`` (a limit's counter)
+    kind: str
+    queue: str
+    resource: str
+    #: the user, the group or the ResourceQuota (``namespace/name``); None for a queue counter
+    name: str | None = None
