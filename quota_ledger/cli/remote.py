@@ -19,7 +19,15 @@ import yaml
 
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.model import errors
-from quota_ledger.model.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
+from quota_ledger.model.values import (
+    ConfigProblem,
+    Drift,
+    LimitsVersion,
+    Reservation,
+    ReservationState,
+    Usage,
+    Violation,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -123,9 +131,12 @@ class RemoteEngine:
     def reservation_ids(self, prefix: str, limit: int) -> list[str]:
         return list(self._call("GET", "/v1/reservation-ids", params={"prefix": prefix, "limit": limit}))
 
-    def set_limits(self, queue: str, resources: Mapping[str, Any], *, partition: str = "default") -> int:
+    def set_limits(
+        self, queue: str, resources: Mapping[str, Any], *, partition: str = "default"
+    ) -> LimitsVersion:
         body = {"resources": dict(resources), "partition": partition}
-        return int(self._call("PUT", f"/v1/queues/{quote(queue, safe='')}/limits", json=body)["version"])
+        made = self._call("PUT", f"/v1/queues/{quote(queue, safe='')}/limits", json=body)
+        return LimitsVersion(int(made["version"]), tuple(made.get("warnings") or ()))
 
     def limits(self, *, partition: str = "default") -> dict[str, dict[str, int]]:
         return dict(self._call("GET", "/v1/limits", params={"partition": partition}))
@@ -295,6 +306,8 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
         return refused
     if code == "removes_all_limits":
         return errors.RemovesAllLimits(details.get("partitions", []))
+    if code in ("unknown_resource", "unknown_queue"):
+        return _unknown_name(code, message, details)
     if code == "invalid_config":
         return errors.ConfigError([ConfigProblem(**p) for p in details.get("problems", [])])
     if code in ("database_unavailable", "schema_not_ready"):
@@ -306,3 +319,18 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
     if response.status_code == 422:
         return errors.InvalidRequest(message, field=details.get("field"))
     return errors.QuotaLedgerError(message)
+
+
+def _unknown_name(code: str, message: str, details: Mapping[str, Any]) -> errors.InvalidRequest:
+    """An ``UnknownResource`` or ``UnknownQueue`` with its facts and the service's message."""
+    partition = str(details.get("partition", ""))
+    refused: errors.InvalidRequest
+    if code == "unknown_resource":
+        suggestions = details.get("suggestions") or {}
+        refused = errors.UnknownResource(partition, details.get("resources") or [], suggestions, message)
+    else:
+        refused = errors.UnknownQueue(
+            partition, str(details.get("queue", "")), details.get("suggestion"), message
+        )
+    refused.args = (message,)  # the service's words, already complete
+    return refused

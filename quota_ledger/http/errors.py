@@ -45,6 +45,8 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.InvalidQuantity, 422, "invalid_quantity"),
     (errors.PodMissingResources, 422, "pod_missing_resources"),
     (errors.TooManyResources, 422, "too_many_resources"),
+    (errors.UnknownResource, 422, "unknown_resource"),
+    (errors.UnknownQueue, 422, "unknown_queue"),
     (errors.InvalidRequest, 422, "invalid_request"),
     (errors.DatabaseUnavailable, 503, "database_unavailable"),
     (errors.SchemaNotReady, 503, "schema_not_ready"),
@@ -84,6 +86,10 @@ def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
         found["state"] = error.state.value
     if isinstance(error, errors.RemovesAllLimits):
         found["partitions"] = error.partitions
+    if isinstance(error, errors.UnknownResource):
+        found.update(partition=error.partition, resources=error.resources, suggestions=error.suggestions)
+    if isinstance(error, errors.UnknownQueue):
+        found.update(partition=error.partition, queue=error.queue, suggestion=error.suggestion)
     return found
 
 

@@ -162,6 +162,13 @@ class VersionOut(BaseModel):
     version: int
 
 
+class LimitsOut(VersionOut):
+    """What ``PUT /v1/queues/{path}/limits`` answers: the version in force after it."""
+
+    #: the names it set that look like typos of known ones (also ``Warning`` headers)
+    warnings: list[str] = []
+
+
 class ProblemOut(BaseModel):
     partition: str
     queue: str
