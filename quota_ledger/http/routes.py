@@ -12,7 +12,7 @@ from quota_ledger.http import config_models, config_views, ledger_ops, models, s
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
-from quota_ledger.model.errors import ReservationNotFound
+from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
 from quota_ledger.service import overview
 from quota_ledger.service.tokens import Token
 
@@ -117,17 +117,21 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
     def release(body: models.ReleaseBody, token: Annotated[Token, service]) -> Response:
         """In-use resources of a queue are gone again."""
         check_scope(token, body.partition, body.queue)
-        with metrics.observe("release"):
-            engine.release(
-                body.queue,
-                body.resources,
-                partition=body.partition,
-                user=body.user,
-                groups=body.groups,
-                application=body.application,
-                finished=body.finished,
-                key=body.key,
-            )
+        key: Any = scoped.release_key(token, body.partition, body.key)
+        try:
+            with metrics.observe("release"):
+                engine.release(
+                    body.queue,
+                    body.resources,
+                    partition=body.partition,
+                    user=body.user,
+                    groups=body.groups,
+                    application=body.application,
+                    finished=body.finished,
+                    key=key,
+                )
+        except IdempotencyConflict as error:  # the key the caller sent, not its scoped form
+            raise IdempotencyConflict(error.partition, body.key, None) from None
         return Response(status_code=204)
 
     # -- queues ------------------------------------------------------------------------------

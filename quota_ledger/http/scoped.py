@@ -12,6 +12,9 @@ Two answers of the ledger would otherwise speak of reservations and usage outsid
 - **Refusals** (:class:`ScopedOverQuota`): a broken limit of a queue outside the subtree (an
   ancestor's, or a user's or group's limit set there) is reported with its scope, resource,
   limit, the amount requested and the shortfall, but without that queue's usage.
+
+A release key of such a token is always made its own (:func:`release_key`): release keys are
+stored nowhere a caller reads, so no one is shown the difference.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from quota_ledger.model import queues
-from quota_ledger.model.errors import OverQuota
+from quota_ledger.model import queues, validation
+from quota_ledger.model.errors import InvalidRequest, OverQuota
 from quota_ledger.model.quantity import format_human
-from quota_ledger.model.validation import MAX_NAME_LENGTH
 from quota_ledger.model.values import Reservation, Violation
 from quota_ledger.service.tokens import Token
 
@@ -32,7 +34,7 @@ from quota_ledger.service.tokens import Token
 SEPARATOR = "~"
 _TAG_LENGTH = 16
 #: the longest key that has a scoped form; a longer one held outside the subtree is a conflict
-MAX_SCOPED_KEY = MAX_NAME_LENGTH - len(SEPARATOR) - _TAG_LENGTH
+MAX_SCOPED_KEY = validation.MAX_NAME_LENGTH - len(SEPARATOR) - _TAG_LENGTH
 
 
 def _tag(partition: str, queue: str, key: str) -> str:
@@ -47,6 +49,22 @@ def scoped_key(token: Token, partition: str, key: str) -> str | None:
     if token.queue is None or len(key) > MAX_SCOPED_KEY:
         return None
     return f"{key}{SEPARATOR}{_tag(partition, token.queue, key)}"
+
+
+def release_key(token: Token, partition: str, key: object) -> object:
+    """The key a release of ``token`` is made under: for a token restricted to a queue, always
+    its own (a hash of the partition, the token's queue and the key), so that a key used by a
+    release outside the subtree never conflicts. A release key is stored nowhere a caller or a
+    DBA reads (it names the release's operation in the journal, as a UUID), so no one is shown
+    the difference. A key that is not a valid name is passed on, for the engine to refuse."""
+    if token.queue is None or key is None:
+        return key
+    try:
+        name = validation.name(key, "key")
+    except InvalidRequest:
+        return key
+    text = f"release\x00{partition}\x00{token.queue}\x00{name}"
+    return SEPARATOR + hashlib.sha256(text.encode()).hexdigest()
 
 
 def sent_key(reservation: Reservation) -> str | None:

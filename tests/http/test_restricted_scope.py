@@ -124,3 +124,20 @@ def test_a_limit_above_the_subtree_refuses_without_its_usage(service: Service) -
         whole = unrestricted.post("/v1/reservations", json={"queue": "root.p.a", "resources": {"fpga": 3}})
         violation = whole.json()["error"]["details"]["violations"][0]
         assert (violation["reserved"], violation["shortfall"]) == (2, 1)
+
+
+def test_a_release_key_used_outside_the_subtree_is_no_conflict(service: Service) -> None:
+    with service.client("service") as other, service.client("team-a") as team:
+        for client, queue in ((other, "root.b"), (team, "root.a")):
+            made = _reserve(client, queue, 2)
+            assert client.post(f"/v1/reservations/{made.json()['id']}/commit").status_code == 200
+        release = {"queue": "root.b", "resources": {"fpga": 1}, "key": "r"}
+        assert other.post("/v1/releases", json=release).status_code == 204
+        mine = release | {"queue": "root.a"}
+        assert team.post("/v1/releases", json=mine).status_code == 204, "a key used elsewhere"
+        assert team.post("/v1/releases", json=mine).status_code == 204  # a retry: once
+        assert team.get("/v1/queues/root.a/usage").json()["fpga"]["in_use"] == 1
+        clash = team.post("/v1/releases", json=mine | {"resources": {"fpga": 2}})
+        assert clash.status_code == 409
+        assert "'r'" in clash.json()["error"]["message"]  # the key it sent
+        assert team.post("/v1/releases", json=mine | {"key": 7}).status_code == 422
