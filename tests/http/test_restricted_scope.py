@@ -4,10 +4,12 @@ refuses it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from http_support import Service
+from test_cli_remote import cli
 
 from quota_ledger.service import tokens
 
@@ -120,6 +122,12 @@ def test_a_limit_above_the_subtree_refuses_without_its_usage(service: Service) -
             json={"operations": [{"op": "reserve", "queue": "root.p.a", "resources": {"fpga": 3}}]},
         )
         assert batch.json()["results"] == [{"status": 409, "body": refused.json()}]
+    # the CLI over HTTP says what the service said
+    printed = cli(service, "reserve", "root.p.a", "fpga=3", role="team-pa")
+    assert printed.returncode == 3
+    assert printed.stderr.strip() == f"error: {error['message']}"
+    as_json = json.loads(cli(service, "reserve", "root.p.a", "fpga=3", "--json", role="team-pa").stderr)
+    assert as_json["violations"][0]["in_use"] is None
     with service.client("service") as unrestricted:
         whole = unrestricted.post("/v1/reservations", json={"queue": "root.p.a", "resources": {"fpga": 3}})
         violation = whole.json()["error"]["details"]["violations"][0]
