@@ -47,6 +47,11 @@ def _known(rules: PartitionRules) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(limited), queues
 
 
+def known(rules: PartitionRules) -> tuple[frozenset[str], frozenset[str]]:
+    """(the resources some limit of the partition names, its configured queues)."""
+    return _known(rules)
+
+
 def closest(name: str, candidates: Iterable[str]) -> str | None:
     """The candidate closest to ``name`` (:mod:`difflib`), if any is close."""
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.5)

@@ -45,6 +45,7 @@ from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
 from quota_ledger.driver.counters import CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
+from quota_ledger.driver.idle import IdleStatements
 from quota_ledger.driver.journal import JournalStatements
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.reservations import ReservationStatements
@@ -67,6 +68,7 @@ class LedgerTx(
     IdentityStatements,
     JournalStatements,
     ConfigStatements,
+    IdleStatements,
 ):
     """One database transaction of the ledger. The engine decides; this class reads and writes."""
 

@@ -1,15 +1,16 @@
-"""Upkeep: the expiry sweep and the audit of every counter against the history."""
+"""Upkeep: the expiry sweep, the audit of every counter against the history, and pruning the
+counters at zero that nothing references."""
 
 from __future__ import annotations
 
 from quota_ledger.engine.base import EngineBase
-from quota_ledger.ledger import audit, batches, expire
+from quota_ledger.ledger import audit, batches, expire, prune
 from quota_ledger.model import validation
-from quota_ledger.model.values import Drift
+from quota_ledger.model.values import Drift, IdleCounter
 
 
 class Maintenance(EngineBase):
-    """The expiry and audit calls of :class:`QuotaEngine`."""
+    """The expiry, audit and prune calls of :class:`QuotaEngine`."""
 
     def expire(
         self,
@@ -60,3 +61,25 @@ class Maintenance(EngineBase):
         wanted = validation.optional_partition(partition)
         names = [wanted] if wanted is not None else self.driver.partitions()
         return audit.audit(self.driver, self.rules, names, fix)
+
+    def prune(self, *, apply: bool = False, partition: str | None = None) -> list[IdleCounter]:
+        """The counters at zero that nothing references, removed with ``apply=True``.
+
+        A queue counter is kept while its queue is configured (or lies below a configured
+        queue) and some limit names its resource, or a pending reservation names both; a user
+        or group counter while the configuration names that user or group with a limit on its
+        resource at its queue, or the user or group has a pending reservation or a running
+        application; a ResourceQuota counter while its quota exists. The rest (what typos,
+        departed users and removed queues leave) is listed and, with
+        ``apply``, deleted: all or nothing, in one transaction that holds each partition's lock
+        exclusively, so that no reservation can be using what goes. A later reservation
+        creates again whatever it needs. Without ``apply`` nothing changes.
+        """
+        validation.flag(apply, "apply")
+        wanted = validation.optional_partition(partition)
+        names = [wanted] if wanted is not None else self.driver.partitions()
+        if apply:
+            return self.driver.run(lambda tx: prune.prune(tx, self.rules, names, True))
+        return self.driver.run(
+            lambda tx: prune.prune(tx, self.rules, names, False), isolation="REPEATABLE READ", read_only=True
+        )
