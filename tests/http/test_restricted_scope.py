@@ -35,7 +35,12 @@ def _reserve(client: Any, queue: str, fpga: int, key: str | None = None) -> Any:
     return client.post("/v1/reservations", json=body)
 
 
-@pytest.mark.parametrize("service", [{}, {"batching": True}], indirect=True, ids=["alone", "batching"])
+# With tokens cached, plain reserves and commits take the fast lane (quota_ledger.http.fast_lane).
+PATHS = [{}, {"batching": True}, {"batching": True, "token_cache_seconds": 60}]
+PATH_IDS = ["alone", "batching", "fast-lane"]
+
+
+@pytest.mark.parametrize("service", PATHS, indirect=True, ids=PATH_IDS)
 def test_a_key_used_outside_the_subtree_is_answered_as_a_key_never_used(service: Service) -> None:
     with service.client("service") as other:
         theirs = _reserve(other, "root.b", 1, "k")
@@ -84,6 +89,7 @@ def test_a_key_used_inside_the_subtree_is_still_a_conflict(service: Service) -> 
         assert theirs.json()["id"] in clash.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("service", PATHS[1:], indirect=True, ids=PATH_IDS[1:])
 def test_a_limit_above_the_subtree_refuses_without_its_usage(service: Service) -> None:
     with service.client("admin") as admin:
         put = admin.put("/v1/config", content=ANCESTOR_LIMITED, headers={"Content-Type": "application/yaml"})
