@@ -11,9 +11,10 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import batch, docs, errors, ledger_ops, ops, routes, ui, yunikorn
+from quota_ledger.http import batch, docs, errors, ledger_ops, login, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.browser import Sessions
 from quota_ledger.http.fast_lane import FastLane
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.service import sweeper
@@ -111,7 +112,8 @@ async def _too_large(send: Send) -> None:
 def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -> FastAPI:
     health = sweeper.Health() if sweep else None
     metrics = Metrics(engine, health)
-    auth = Authenticator(engine, settings.token_cache_seconds)
+    sessions = Sessions(max_age=settings.session_max_age, tls_at_proxy=settings.tls_at_proxy)
+    auth = Authenticator(engine, settings.token_cache_seconds, sessions)
     stop = threading.Event()
 
     @asynccontextmanager
@@ -161,6 +163,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(routes.build(engine, auth, metrics))
     app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics)))
     app.include_router(yunikorn.build(engine, auth))
+    app.include_router(login.build(auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))
     app.add_middleware(FastLane, auth=auth, ops=ledger_ops.LedgerOps(engine, metrics))

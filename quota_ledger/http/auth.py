@@ -15,6 +15,7 @@ from fastapi import HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.http.browser import OWN_FETCH, Sessions
 from quota_ledger.service import tokens
 from quota_ledger.service.tokens import Token
 
@@ -22,9 +23,10 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="quota-ledger"'}
 
 
 class Authenticator:
-    def __init__(self, engine: QuotaEngine, cache_seconds: float) -> None:
+    def __init__(self, engine: QuotaEngine, cache_seconds: float, sessions: Sessions | None = None) -> None:
         self.engine = engine
         self.cache_seconds = cache_seconds
+        self.sessions = sessions or Sessions()
         self._cache: dict[str, tuple[float, Token | None]] = {}
         self._lock = threading.Lock()
 
@@ -34,25 +36,23 @@ class Authenticator:
             raise HTTPException(401, "unknown or revoked token", headers=_CHALLENGE)
         return found
 
-    def page_token(self, request: Request, token: str | None, role: str, what: str) -> Token:
-        """The token of a page a browser opens: ``?token=`` once, then the cookie it sets."""
-        if token is not None:
-            found = self.lookup(token)
-            if found is None:
-                raise HTTPException(401, "unknown or revoked token")
-        else:
-            found = self.token_of(request)
-        if not found.allows(role):
-            raise HTTPException(403, f"{what} needs the {role} role")
-        request.state.token = found  # for the access log
+    def page_token(self, request: Request) -> Token | None:
+        """The token of a page a browser opens (its session cookie, or an ``Authorization``
+        header), None when it has no valid one. A token in the address never counts."""
+        try:
+            value = self._presented(request)
+        except HTTPException:
+            return None
+        found = self.lookup(value)
+        if found is not None:
+            request.state.token = found  # for the access log
         return found
 
-    @staticmethod
-    def _presented(request: Request) -> str:
+    def _presented(self, request: Request) -> str:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value:
-            value = cookie_token(request)
+            value = cookie_token(request, self.sessions)
         if not value:
             raise HTTPException(401, "a bearer token is required", headers=_CHALLENGE)
         return value.strip()
@@ -99,12 +99,10 @@ class Authenticator:
 
 #: what a browser's cookie may do: read, never change anything
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
-#: ``Sec-Fetch-Site`` values of a request the page itself (or the user, typing) made
-_OWN_FETCH = frozenset({"same-origin", "none"})
 
 
-def cookie_token(request: Request) -> str:
-    """The dashboard's cookie, when it may authenticate ``request``; else "".
+def cookie_token(request: Request, sessions: Sessions) -> str:
+    """The session cookie's token, when it may authenticate ``request``; else "".
 
     A browser sends the cookie with whatever request another page makes it send: a form posted
     from a page on another port of the same host is same-site, and ``SameSite`` does not stop it.
@@ -113,14 +111,14 @@ def cookie_token(request: Request) -> str:
     Everything else needs the ``Authorization`` header, which no other page can make a browser
     send.
     """
-    value = request.cookies.get("quota_ledger_token", "")
+    value = sessions.held(request)
     if not value or request.method not in _SAFE_METHODS:
         return ""
     fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site.lower() not in _OWN_FETCH:
+    if fetch_site is not None and fetch_site.lower() not in OWN_FETCH:
         return ""
     origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+    if origin is not None and origin != sessions.origin(request):
         return ""
     return value
 

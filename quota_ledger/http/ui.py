@@ -5,8 +5,11 @@ The queue tree with in use, reserved, limit and available per resource as bars (
 of a limit, red from 100 %); a chart of one queue's usage over the last window, rebuilt from the
 ledger's history; users and groups against their limits; the pending reservations that expire
 next; the ResourceQuotas. A partition and window switch, a link to the API docs. The page
-refreshes its data every 15 seconds and says when it last did. Open it once as
-``/ui?token=...`` (a reader token): the token is then kept in an HTTP-only cookie.
+refreshes its data every 15 seconds and says when it last did. A browser without a session is
+shown the sign-in form (``quota_ledger.http.login``); a token in the address is never accepted.
+
+The page's style sheet and script are inline, allowed by their hashes in its
+Content-Security-Policy, computed here from the files as they are served.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from importlib import resources
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import models, ui_tables
+from quota_ledger.http import browser, login, models, ui_tables
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.model import history, queues
 from quota_ledger.model.values import Usage
@@ -34,6 +37,11 @@ _e = html.escape
 @cache
 def _asset(name: str) -> str:
     return resources.files("quota_ledger.http").joinpath("static", name).read_text(encoding="utf-8")
+
+
+_STYLE = _asset("dashboard.css") + ui_tables.STYLE_RULES
+_SCRIPT = _asset("dashboard.js")
+POLICY = browser.content_security_policy(scripts=[_SCRIPT], styles=[_STYLE])
 
 
 def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
@@ -52,26 +60,52 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
             str, Query(max_length=8, description=f"one of {', '.join(history.WINDOWS)}")
         ] = "1h",
         refresh: Annotated[int, Query(ge=1, le=3600, description="seconds between refreshes")] = 15,
-        token: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
-        """The dashboard (reader role; ``?token=`` once, then a cookie)."""
-        found = auth.page_token(request, token, "reader", "the dashboard")
+        """The dashboard (reader role): the session cookie of ``POST /ui/login``, or the
+        ``Authorization`` header; without either, the sign-in form (401)."""
+        found = auth.page_token(request)
+        if found is None:
+            return _sign_in(request)
+        if not found.allows("reader"):
+            raise HTTPException(403, "the dashboard needs the reader role")
         queues.validate_partition(partition)
         check_scope(found, partition, None)
         check_scope(found, partition, queues.validate_queue(queue))
         history.window_named(window)
         visible = [p for p in engine.driver.partitions() if found.covers(p, None)]
-        response = HTMLResponse(render(engine, partition, queue, window, visible, refresh))
-        response.headers["Cache-Control"] = "no-store"
-        if token is not None:
-            response.set_cookie("quota_ledger_token", token, httponly=True, samesite="strict")
+        response = HTMLResponse(render(engine, partition, queue, window, visible, refresh, who=found.name))
+        return browser.protect(response, request, auth.sessions, POLICY)
+
+    def _sign_in(request: Request) -> HTMLResponse:
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        target = browser.safe_next("/ui" + (f"?{urlencode(kept)}" if kept else ""))
+        held = auth.sessions.held(request)
+        # A valid cookie the request may not use (the page was opened from another site of this
+        # host): the page says who is signed in, and its link, opened from here, works.
+        current = auth.lookup(held) if 0 < len(held) <= 200 else None
+        if "token" in request.query_params:
+            notice = "A token in the address is not accepted: paste it here instead."
+        elif held and current is None:
+            notice = "The session has ended (its token was revoked or replaced): sign in again."
+        else:
+            notice = None
+        response = login.page(auth, request, target=target, status=401, notice=notice, signed_in=current)
+        if held and current is None:
+            auth.sessions.end(response, request)
         return response
 
     return router
 
 
 def render(
-    engine: QuotaEngine, partition: str, queue: str, window: str, partitions: list[str], refresh: int = 15
+    engine: QuotaEngine,
+    partition: str,
+    queue: str,
+    window: str,
+    partitions: list[str],
+    refresh: int = 15,
+    *,
+    who: str = "",
 ) -> str:
     """The whole page for one partition, with the history of ``queue`` over ``window``."""
     tree = overview.queue_tree(engine, partition)
@@ -93,7 +127,7 @@ def render(
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<meta name=viewport content='width=device-width, initial-scale=1'>",
-        f"<title>quota-ledger: {_e(partition)}</title><style>{_asset('dashboard.css')}</style></head>",
+        f"<title>quota-ledger: {_e(partition)}</title><style>{_STYLE}</style></head>",
         f"<body data-refresh-seconds={refresh}>",
         "<header class=top>",
         f"<h1>quota-ledger <span>partition {_e(partition)}</span></h1>",
@@ -104,6 +138,9 @@ def render(
         f"<span id=refresh-text>data of {_e(found.end.strftime('%H:%M:%S'))} UTC</span></span>",
         "<nav><a id=docs-link href='/docs'>API docs</a>",
         f"<a id=history-link href='{_e(api)}'>history as JSON</a></nav>",
+        "<form id=logout method=post action='/ui/logout'>"
+        f"<span id=who title='the token this browser is signed in with'>{_e(who)}</span>"
+        "<button type=submit>sign out</button></form>",
         "</header>",
         "<main id=content>",
         f"<time id=generated datetime='{_e(generated)}' hidden></time>",
@@ -135,7 +172,7 @@ def render(
         "<section class=panel><h2>Groups <small>against their limits, nearest first</small></h2>",
         ui_tables.identity_table("groups", "groupName", groups),
         "</section></div></div></main>",
-        f"<script>{_asset('dashboard.js')}</script>",
+        f"<script>{_SCRIPT}</script>",
         "</body></html>",
     ]
     return "".join(parts)

@@ -4,6 +4,9 @@ Quantities are written in base units inside ``<span class=q data-r=RESOURCE data
 the page's script shows them in human units (``8Gi``, ``1.5`` cores). A bar's level is ``warn``
 from 80 % of its limit and ``over`` from 100 % (in use plus reserved), on the bar, its
 percentage and its table row.
+
+No element has a ``style`` attribute (the page's Content-Security-Policy allows none): a bar's
+widths and a queue's indentation are classes, whose rules are :data:`STYLE_RULES`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from urllib.parse import urlencode
 from quota_ledger.model.values import Reservation, Usage
 
 WARN_AT = 0.8
+#: queue depths indented each a step further; deeper queues stay at the last
+_DEPTHS = 12
 _e = html.escape
+#: the widths of a bar's parts (``w0`` to ``w100``, per cent) and the indentation of a queue's
+#: name by its depth (``d0`` to ``d12``), appended to the page's style sheet
+STYLE_RULES = "".join(f".w{n}{{width:{n}%}}" for n in range(101)) + "".join(
+    f"td.name.d{n}{{padding-left:{0.5 + n * 1.1:.1f}rem}}" for n in range(_DEPTHS + 1)
+)
 
 
 def q(resource: str, value: int | None) -> str:
@@ -27,6 +37,11 @@ def q(resource: str, value: int | None) -> str:
         return "<span class=muted>-</span>"
     negative = " negative" if value < 0 else ""
     return f"<span class='q{negative}' data-r='{_e(resource)}' data-v='{value}'>{value}</span>"
+
+
+def path(queue: str) -> str:
+    """A queue's path that may wrap after each dot (and hyphen) when its column is narrow."""
+    return ".<wbr>".join(_e(part) for part in queue.split("."))
 
 
 def level(used: int, limit: int | None) -> str:
@@ -46,17 +61,24 @@ def meter(in_use: int, reserved: int, limit: int | None) -> str:
     state = level(total, limit)
     if limit == 0:
         percent = "-" if total == 0 else "over"
-        used_width = reserved_width = 0.0
+        used_width = reserved_width = 0
     else:
         percent = f"{100 * total / limit:.0f}%"
-        used_width = min(100.0, 100.0 * in_use / limit)
-        reserved_width = min(100.0 - used_width, 100.0 * reserved / limit)
+        used_width = _width(in_use, limit, 100)
+        reserved_width = _width(reserved, limit, 100 - used_width)
     return (
         f"<div class=meter><div class='bar {state}'>"
-        f"<span class=used style='width:{used_width:.1f}%'></span>"
-        f"<span class=reserved style='width:{reserved_width:.1f}%'></span></div>"
+        f"<span class='used w{used_width}'></span>"
+        f"<span class='reserved w{reserved_width}'></span></div>"
         f"<span class='pct {state}'>{percent}</span></div>"
     )
+
+
+def _width(amount: int, limit: int, room: int) -> int:
+    """``amount`` of ``limit`` in whole per cent, at most ``room``; 1 for any amount above 0."""
+    if amount <= 0:
+        return 0
+    return min(room, max(1, round(100 * amount / limit)))
 
 
 def legend() -> str:
@@ -101,7 +123,7 @@ def queue_table(tree: dict[str, dict[str, Usage]], link: dict[str, str], selecte
             )
             rows.append(
                 f"<tr class='{classes}' data-queue='{_e(queue)}' data-resource='{_e(resource)}'>"
-                f"<td class=name style='padding-left:{0.5 + depth * 1.1:.1f}rem'>{name}</td>"
+                f"<td class='name d{min(depth, _DEPTHS)}'>{name}</td>"
                 f"<td>{_e(resource)}</td><td class=num>{q(resource, usage.in_use)}</td>"
                 f"<td class=num>{q(resource, usage.reserved)}</td>"
                 f"<td class='num limit'>{q(resource, usage.limit)}</td>"
@@ -193,7 +215,7 @@ def identity_table(table_id: str, field: str, reports: list[dict[str, Any]], sho
             rows.append(
                 f"<tr class='identity {state}{first}' data-name='{_e(name)}'>"
                 f"<td class=name>{_e(name) if index == 0 else ''}</td>"
-                f"<td>{_e(row.queue)}</td><td>{_e(row.resource)}</td>"
+                f"<td class=path>{path(row.queue)}</td><td>{_e(row.resource)}</td>"
                 f"<td class=num>{q(row.resource, row.used)}</td>"
                 f"<td class='num limit'>{q(row.resource, row.limit)}</td>"
                 f"<td class=barcell>{meter(row.used, 0, row.limit)}</td></tr>"
@@ -216,11 +238,27 @@ def pending_table(pending: list[Reservation]) -> str:
         left = max(0.0, (r.expires_at - now).total_seconds())
         amounts = ", ".join(f"{_e(k)} {q(k, v)}" for k, v in sorted(r.resources.items()))
         rows.append(
-            f"<tr><td title='{_e(r.id)}'><code>{_e(r.id[:8])}</code></td><td>{_e(r.queue)}</td>"
-            f"<td>{_e(r.user or '')}</td><td>{amounts}</td><td class=num>{left:.0f} s</td></tr>"
+            f"<tr><td title='{_e(r.id)}'><code>{_e(r.id[:8])}</code></td><td class=path>{path(r.queue)}</td>"
+            f"<td class=name>{_e(r.user or '')}</td><td>{amounts}</td>"
+            f"<td class=num>{remaining(left)}</td></tr>"
         )
     rows.append("</tbody></table>")
     return "".join(rows)
+
+
+def remaining(seconds: float) -> str:
+    """A time left as a person reads it: ``45 s``, ``59 min``, ``2 h 5 min``, ``3 d 4 h``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes = whole // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def quota_table(quotas: list[tuple[str, dict[str, Any]]]) -> str:

@@ -1,7 +1,8 @@
 """One headless Chromium (Debian's ``chromium``) driven over the DevTools protocol.
 
 Starting Chromium costs seconds; a page in a running one costs a fraction of one. The tests
-open pages, read the DOM after the page's script ran, and take screenshots through it.
+open pages, read the DOM after the page's script ran, and take screenshots through it. Every page
+records the Content-Security-Policy violations it meets (:meth:`Browser.violations`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
+#: run in every document before its own scripts (the page's CSP does not apply to it)
+_RECORD_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.__violations.push(e.violatedDirective + " " + e.blockedURI + " " + (e.sample || ""));
+});
+"""
+
 
 class Browser:
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, *arguments: str) -> None:
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
         assert binary, "Debian's chromium is needed for this test (scripts/test installs it as root)"
         self._home = tempfile.TemporaryDirectory(prefix="ql-chromium-")
@@ -41,6 +50,7 @@ class Browser:
                     "--no-first-run",
                     "--remote-debugging-port=0",
                     f"--user-data-dir={self._home.name}/profile",
+                    *arguments,
                     "about:blank",
                 ],
                 stdout=subprocess.DEVNULL,
@@ -63,6 +73,7 @@ class Browser:
         attached = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})
         self._session = attached["sessionId"]
         self.call("Page.enable")
+        self.call("Page.addScriptToEvaluateOnNewDocument", {"source": _RECORD_VIOLATIONS})
         self.call(
             "Emulation.setDeviceMetricsOverride",
             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
@@ -89,10 +100,33 @@ class Browser:
         """Load ``url`` and wait for its load event (the page's script has run by then)."""
         self._events.clear()
         self.call("Page.navigate", {"url": url})
+        self._loaded()
+
+    def _loaded(self) -> None:
         deadline = time.monotonic() + 30
         while not any(e.get("method") == "Page.loadEventFired" for e in self._events):
             assert time.monotonic() < deadline, "the page did not load"
             self._events.append(json.loads(self._socket.recv(timeout=30)))
+
+    def sign_in(self, base: str, token: str, target: str = "/ui") -> None:
+        """Sign in on the service's form, as a person would, and land on ``target``."""
+        self.open(f"{base}/ui/login?next={target}")
+        if self.evaluate("!!document.getElementById('logout')"):  # signed in already: sign out
+            self._events.clear()
+            self.evaluate("document.getElementById('logout').submit()")
+            self._loaded()
+            self.open(f"{base}/ui/login?next={target}")
+        self._events.clear()
+        filled = self.evaluate(
+            "(function (form) { if (!form) return false; form.elements.token.value = "
+            f"{json.dumps(token)}; form.submit(); return true; }})(document.getElementById('login'))"
+        )
+        assert filled, self.dom()[-2000:]
+        self._loaded()
+
+    def violations(self) -> list[str]:
+        """The Content-Security-Policy violations of the page shown."""
+        return list(self.evaluate("window.__violations || []"))
 
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import httpx
@@ -19,3 +20,18 @@ class Service:
         if role is not None:
             headers.setdefault("Authorization", f"Bearer {self.tokens[role]}")
         return httpx.Client(base_url=self.base, headers=headers, timeout=30)
+
+
+def sign_in(client: httpx.Client, token: str, target: str = "/ui") -> httpx.Response:
+    """Sign ``client`` in as a browser does: open the form, post it with its nonce."""
+    form = client.get("/ui/login", params={"next": target})
+    nonce = re.search(r"name=nonce value='([^']+)'", form.text)
+    assert nonce, form.text[:500]
+    return client.post(
+        "/ui/login",
+        data={"token": token, "next": target, "nonce": nonce.group(1)},
+        headers={
+            "Origin": client.base_url.scheme + "://" + client.base_url.netloc.decode(),
+            "Sec-Fetch-Site": "same-origin",
+        },
+    )

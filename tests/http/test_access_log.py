@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from http_support import Service
+from http_support import Service, sign_in
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
@@ -41,14 +41,18 @@ def test_every_request_is_one_text_line_with_the_token_name(
         assert reader.get("/v1/limits").status_code == 200
     with service.client(None) as anonymous:
         assert anonymous.get("/v1/limits").status_code == 401
+        assert sign_in(anonymous, secret).status_code == 303  # the token is in the form's body
         assert anonymous.get("/ui", params={"token": secret}).status_code == 200
     lines = _access_lines(caplog)
-    assert len(lines) == 3
+    assert len(lines) == 5
     assert re.match(TEXT_LINE, lines[0]), lines[0]
     assert lines[1].split()[2:5] == ["GET", "/v1/limits", "401"]
     assert lines[1].endswith("token=-")
-    assert lines[2].split()[3] == "/ui"  # the path only: the query string may hold a token
-    assert lines[2].endswith("token=test-reader")
+    assert lines[2].split()[2:5] == ["GET", "/ui/login", "200"]
+    assert lines[3].split()[2:5] == ["POST", "/ui/login", "303"]
+    assert lines[3].endswith("token=test-reader")
+    assert lines[4].split()[3] == "/ui"  # the path only: the query string may hold a token
+    assert lines[4].endswith("token=test-reader")
     assert all(secret not in line for line in lines)
 
 

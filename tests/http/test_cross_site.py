@@ -8,15 +8,14 @@ import contextlib
 from collections.abc import Iterator
 
 import httpx
-from http_support import Service
+from http_support import Service, sign_in
 
 
 @contextlib.contextmanager
 def _signed_in(service: Service) -> Iterator[httpx.Client]:
-    """A browser that opened the admin's dashboard link, and so holds its cookie."""
+    """A browser signed in to the dashboard as the admin, and so holding its cookie."""
     with service.client(None) as browser:
-        page = browser.get("/ui", params={"token": service.tokens["admin"]})
-        assert page.status_code == 200
+        assert sign_in(browser, service.tokens["admin"]).status_code == 303
         assert "quota_ledger_token" in browser.cookies
         yield browser
 
@@ -36,7 +35,9 @@ def test_the_cookie_never_authorizes_a_change(service: Service) -> None:
     with _signed_in(service) as browser:
         own_origin = {"Origin": service.base, "Sec-Fetch-Site": "same-origin"}
         assert browser.post("/v1/audit", params={"fix": "true"}, headers=own_origin).status_code == 401
-        rollback = browser.post(f"/v1/reservations/{held.id}/rollback", headers={"Origin": "http://evil.example"})
+        rollback = browser.post(
+            f"/v1/reservations/{held.id}/rollback", headers={"Origin": "http://evil.example"}
+        )
         assert rollback.status_code == 401
         form = browser.post(
             "/v1/reservations",

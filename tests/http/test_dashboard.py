@@ -1,5 +1,6 @@
-"""The dashboard in a real headless Chromium (Debian's ``chromium``): its DOM after the script ran,
-and screenshots of an idle ledger, a busy one and one with a queue over its limit."""
+"""The dashboard in a real headless Chromium (Debian's ``chromium``) at 1400x900, signed in on its
+form: its DOM after the script ran, and screenshots of an idle ledger, a busy one and one with a
+queue over its limit; no Content-Security-Policy violation and no horizontal scrolling."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from sqlalchemy import update
 
 from quota_ledger import QuotaEngine
 from quota_ledger.driver.schema import quota_journal, reservations
+from quota_ledger.http import ui_tables
+from quota_ledger.http.browser import source_hash as browser_hash
 
-SIZE = (1600, 1000)
+SIZE = (1400, 900)
 IN_USE = (47, 111, 208)  # --used, #2f6fd0
 AMBER = (217, 142, 4)  # --warn, #d98e04
 RED = (208, 57, 46)  # --over, #d0392e
@@ -62,7 +65,8 @@ def _open(
     browser: Browser, service: Service, tmp_path: Path, name: str, query: str
 ) -> tuple[str, Image.Image]:
     """The page's DOM after its script ran, and a screenshot (kept next to the test run)."""
-    browser.open(f"{service.base}/ui?token={service.tokens['reader']}&{query}")
+    browser.sign_in(service.base, service.tokens["reader"])
+    browser.open(f"{service.base}/ui?{query}")
     image = Image.open(browser.screenshot(tmp_path / f"dashboard-{name}.png")).convert("RGB")
     assert image.size == SIZE
     return browser.dom(), image
@@ -81,7 +85,22 @@ def _history(dom: str) -> dict[str, object]:
     return data
 
 
-def _check_common(dom: str, image: Image.Image, queue: str) -> None:
+#: what is wider than the room it has: the page, or a panel (its table scrolls inside it)
+OVERFLOW = """
+[document.documentElement, ...document.querySelectorAll("section.panel")]
+  .filter(function (el) { return el.scrollWidth > el.clientWidth; })
+  .map(function (el) {
+    const table = el.querySelector("table");
+    return (el.id || (table && table.id) || el.tagName) + " " + el.scrollWidth + ">" + el.clientWidth;
+  })
+"""
+
+
+def _overflowing(browser: Browser) -> list[str]:
+    return list(browser.evaluate(OVERFLOW))
+
+
+def _check_common(browser: Browser, dom: str, image: Image.Image, queue: str) -> None:
     # The legend, the docs link, the partition and window switches, the refresh state.
     legend = re.search(r'<div class="legend" id="legend">(.*?)</div>', dom, re.S)
     assert legend, "no legend"
@@ -114,6 +133,8 @@ def _check_common(dom: str, image: Image.Image, queue: str) -> None:
     # The page fills the window: panels reach its right edge.
     right = [image.getpixel((SIZE[0] - 40, y)) for y in range(SIZE[1])]
     assert sum(1 for p in right if p == (255, 255, 255)) > 300, "the page does not fill the window"
+    assert _overflowing(browser) == [], "something scrolls sideways"
+    assert browser.violations() == []
 
 
 def _age(engine: QuotaEngine, rid: str, made: float, resolved: float | None = None) -> None:
@@ -140,7 +161,7 @@ def _configure(service: Service) -> None:
 def test_an_idle_ledger(browser: Browser, service: Service, tmp_path: Path) -> None:
     _configure(service)
     dom, image = _open(browser, service, tmp_path, "idle", "queue=root.dev")
-    _check_common(dom, image, "root.dev")
+    _check_common(browser, dom, image, "root.dev")
     assert set(re.findall(r'class="pct (\w+)">(\d+)%', dom)) == {("ok", "0")}
     assert 'class="bar warn"' not in dom
     assert 'class="bar over"' not in dom
@@ -183,7 +204,7 @@ def test_a_busy_ledger(browser: Browser, service: Service, tmp_path: Path) -> No
     _configure(service)
     _busy(service.engine)
     dom, image = _open(browser, service, tmp_path, "busy", "queue=root.dev&window=1h")
-    _check_common(dom, image, "root.dev")
+    _check_common(browser, dom, image, "root.dev")
     web = re.search(r'data-queue="root.dev.web" data-resource="vcore">(.*?)</tr>', dom, re.S)
     assert web, "no root.dev.web row"
     assert 'class="bar warn"' in web.group(1)
@@ -211,7 +232,7 @@ def test_a_queue_over_its_limit(browser: Browser, service: Service, tmp_path: Pa
     _busy(service.engine)
     service.engine.set_limits("root.dev.web", {"vcore": 4})  # lowered below what it holds: 7
     dom, image = _open(browser, service, tmp_path, "over", "queue=root.dev.web&window=15m")
-    _check_common(dom, image, "root.dev.web")
+    _check_common(browser, dom, image, "root.dev.web")
     rest = dom[dom.index('data-queue="root.dev.web" data-resource="vcore"') :]
     row = rest[: rest.index("</tr>")]
     assert 'class="bar over"' in row
@@ -226,7 +247,8 @@ def test_a_queue_over_its_limit(browser: Browser, service: Service, tmp_path: Pa
 
 def test_the_page_refreshes_itself(browser: Browser, service: Service) -> None:
     _configure(service)
-    browser.open(f"{service.base}/ui?token={service.tokens['reader']}&refresh=1")
+    browser.sign_in(service.base, service.tokens["reader"], "/ui?refresh=1")
+    assert browser.evaluate("location.pathname + location.search") == "/ui?refresh=1"
     assert 'data-queue="root.prod.new"' not in browser.dom()
     service.engine.set_limits("root.prod.new", {"vcore": 2})
     assert browser.wait_for("Number(document.body.dataset.refreshes) >= 1", 10), "no refresh"
@@ -234,15 +256,96 @@ def test_the_page_refreshes_itself(browser: Browser, service: Service) -> None:
     dom = browser.dom()
     assert re.search(r'id="refresh-text">refreshed \d\d:\d\d:\d\d \(\d+ s ago\)<', dom)
     assert 'id="refresh-state" class="failed"' not in dom
+    assert browser.violations() == []
 
 
-def test_dashboard_refuses_without_a_reader_token(service: Service) -> None:
+WIDE = """
+partitions:
+  - name: default
+    queues:
+      - name: root
+        queues:
+          - name: research-and-development
+            resources: {max: {nvidia.com/gpu: 64, vcore: 512, memory: 4Ti, ephemeral-storage: 20Ti}}
+            queues:
+              - name: computer-vision
+                queues:
+                  - name: training-pipelines
+                    resources: {max: {nvidia.com/gpu: 32, hugepages-2Mi: 64Gi, memory: 2Ti}}
+"""
+
+
+def test_the_queues_fit_their_card_at_1400x900(browser: Browser, service: Service, tmp_path: Path) -> None:
+    with service.client("admin") as admin:
+        done = admin.put("/v1/config", content=WIDE, headers={"Content-Type": "application/yaml"})
+        assert done.status_code == 200, done.text
+    queue = "root.research-and-development.computer-vision.training-pipelines"
+    for _ in range(3):
+        held = service.engine.reserve(queue, {"nvidia.com/gpu": "9", "memory": "600Gi"}, ttl=3600)
+        service.engine.commit(held.id)
+    service.engine.reserve(
+        queue, {"nvidia.com/gpu": "4", "ephemeral-storage": "3Ti"}, user="a-long-user-name"
+    )
+    dom, _image = _open(browser, service, tmp_path, "wide", f"queue={queue}")
+    assert "<td>nvidia.com/gpu</td>" in dom
+    assert re.search(r'class="pct warn">\d+%</span>', dom)
+    assert _overflowing(browser) == []
+    # The percentage column is inside the card: its right edge is left of the card's.
+    edges = browser.evaluate(
+        "(function () { const panel = document.getElementById('queues-panel').getBoundingClientRect();"
+        " return [...document.querySelectorAll('#queue-tree .pct')].map(function (el) {"
+        " return panel.right - el.getBoundingClientRect().right; }); })()"
+    )
+    assert edges
+    assert min(edges) >= 0, edges
+    assert browser.violations() == []
+
+
+def test_time_left_reads_as_a_person_says_it() -> None:
+    cases = {0: "0 s", 45: "45 s", 59.9: "59 s", 60: "1 min", 3580: "59 min", 3600: "1 h", 7500: "2 h 5 min"}
+    cases |= {86_400: "1 d", 97_200: "1 d 3 h"}
+    assert {seconds: ui_tables.remaining(seconds) for seconds in cases} == cases
+
+
+def test_the_page_has_no_style_attribute_and_its_inline_code_is_allowed_by_hash(service: Service) -> None:
+    _configure(service)
+    _busy(service.engine)
+    with service.client("reader") as reader:
+        page = reader.get("/ui", params={"queue": "root.dev"})
+    assert page.status_code == 200
+    assert "style=" not in page.text
+    policy = page.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert policy.startswith("default-src 'self';")
+    scripts = re.findall(r"<script>(.*?)</script>", page.text, re.S)
+    styles = re.findall(r"<style>(.*?)</style>", page.text, re.S)
+    assert len(scripts) == len(styles) == 1
+    for code in (*scripts, *styles):
+        assert browser_hash(code) in policy
+    for name, value in {
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+        "cache-control": "no-store",
+    }.items():
+        assert page.headers[name] == value, name
+    assert "strict-transport-security" not in page.headers  # plain HTTP
+    # Pending reservations expire in minutes, not thousands of seconds.
+    left = re.findall(
+        r"<td class=num>([^<]*)</td></tr>", page.text.split("id=pending>", 1)[1].split("</table>")[0]
+    )
+    assert len(left) == 3
+    assert all(re.fullmatch(r"\d+ min", each) for each in left), left
+
+
+def test_dashboard_without_a_session_is_the_sign_in_form(service: Service) -> None:
     with service.client(None) as anonymous:
-        assert anonymous.get("/ui").status_code == 401
-        assert anonymous.get("/ui", params={"token": "qlt_nope"}).status_code == 401
-        page = anonymous.get("/ui", params={"token": service.tokens["reader"]})
-        assert page.status_code == 200
-        assert "quota_ledger_token" in page.headers["set-cookie"]
-        assert "HttpOnly" in page.headers["set-cookie"]
-        refused = anonymous.get("/ui", params={"token": service.tokens["reader"], "window": "2h"})
-        assert refused.status_code == 422
+        for params in ({}, {"token": "qlt_nope"}, {"token": service.tokens["reader"]}):
+            page = anonymous.get("/ui", params=params)
+            assert page.status_code == 401
+            assert "<form id=login method=post action='/ui/login'>" in page.text
+            assert "set-cookie" not in page.headers or "quota_ledger_token" not in page.headers["set-cookie"]
+            assert page.headers["content-security-policy"].startswith("default-src 'self';")
+        assert anonymous.get("/ui", params={"window": "2h"}).status_code == 401
+    with service.client("reader") as reader:
+        assert reader.get("/ui", params={"window": "2h"}).status_code == 422

@@ -1,27 +1,15 @@
-"""``/docs`` works without the internet: Swagger UI comes from an installed package, and
-``/docs?token=`` signs the browser in as ``/ui?token=`` does."""
+"""``/docs`` works without the internet and under its Content-Security-Policy: Swagger UI comes
+from an installed package, and a browser signs in on the dashboard's form and is led back."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
-from http_support import Service
+from browser_support import Browser
+from http_support import Service, sign_in
 
+from quota_ledger.http.browser import source_hash
 from quota_ledger.http.docs import ASSET_DIR
-
-
-def chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert binary, "Debian's chromium is needed for this test (scripts/test installs it as root)"
-    return subprocess.run(
-        [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_docs_references_no_other_host_and_its_assets_load(service: Service) -> None:
@@ -45,28 +33,37 @@ def test_docs_references_no_other_host_and_its_assets_load(service: Service) -> 
         assert "javascript" in anonymous.get(script).headers["content-type"]
 
 
-def test_docs_token_signs_the_browser_in_like_the_dashboard(service: Service) -> None:
+def test_docs_leads_to_the_sign_in_form_and_back(service: Service) -> None:
     with service.client(None) as anonymous:
-        assert anonymous.get("/docs").status_code == 401
-        assert anonymous.get("/docs", params={"token": "qlt_nope"}).status_code == 401
-        page = anonymous.get("/docs", params={"token": service.tokens["reader"]})
+        to_form = anonymous.get("/docs")
+        assert to_form.status_code == 303
+        assert to_form.headers["location"] == "/ui/login?next=/docs"
+        assert "next value='/docs'" in anonymous.get(to_form.headers["location"]).text
+        done = sign_in(anonymous, service.tokens["reader"], "/docs")
+        assert done.status_code == 303
+        assert done.headers["location"] == "/docs"
+        page = anonymous.get("/docs")
         assert page.status_code == 200
-        cookie = page.headers["set-cookie"]
-        assert "quota_ledger_token=" in cookie
-        assert "HttpOnly" in cookie
+        policy = page.headers["content-security-policy"]
+        assert "'unsafe-inline'" not in policy
+        [start] = re.findall(r"<script>(.*?)</script>", page.text, re.S)
+        assert source_hash(start) in policy
+        assert page.headers["cache-control"] == "no-store"
         # the page's own request for the document now carries the token as a cookie
         assert anonymous.get("/openapi.json").json()["info"]["title"] == "quota-ledger"
 
 
 def test_swagger_ui_renders_the_api_in_chromium_with_no_other_host_reachable(service: Service) -> None:
-    url = f"{service.base}/docs?token={service.tokens['reader']}"
-    dom = chromium(
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # no name resolves: offline
-        "--virtual-time-budget=20000",
-        "--dump-dom",
-        url,
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'class="swagger-ui' in dom.stdout
-    assert "opblock" in dom.stdout  # the operations were rendered from /openapi.json
-    assert "/v1/reservations" in dom.stdout
+    browser = Browser(1400, 900, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
+    try:
+        browser.sign_in(service.base, service.tokens["reader"], "/docs")
+        assert browser.evaluate("location.pathname") == "/docs"
+        assert browser.wait_for("document.querySelectorAll('.opblock').length > 10", 30), browser.dom()[
+            -2000:
+        ]
+        dom = browser.dom()
+        assert 'class="swagger-ui' in dom
+        assert "/v1/reservations" in dom  # the operations were rendered from /openapi.json
+        assert browser.violations() == []
+    finally:
+        browser.close()

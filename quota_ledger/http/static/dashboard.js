@@ -154,6 +154,9 @@
   function refresh() {
     fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (response) {
+        // The session ended (it expired, or its token was revoked): the page itself now is the
+        // sign-in form.
+        if (response.status === 401) window.location.reload();
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.text();
       })
@@ -178,8 +181,8 @@
     showRefreshed();
   }
 
-  // The token came in the address once and is in a cookie now: keep it out of the address bar,
-  // the history and the page's own refreshes.
+  // A token in the address is never accepted (an old link may carry one): keep it out of the
+  // address bar, the history and the page's own refreshes.
   const address = new URL(window.location.href);
   if (address.searchParams.has("token")) {
     address.searchParams.delete("token");
