@@ -1,18 +1,20 @@
-"""Usage: of queues, and of users, groups and applications in YuniKorn's shapes."""
+"""Usage: of queues, and of users, groups and applications in YuniKorn's shapes; the listing of
+reservations."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from quota_ledger.config import reports
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, T
 from quota_ledger.ledger import reads
-from quota_ledger.model import validation
+from quota_ledger.model import listing, validation
 from quota_ledger.model.errors import ApplicationNotFound, GroupNotFound, UserNotFound
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import Usage
+from quota_ledger.model.values import Reservation, ReservationState, Usage
 
 
 class UsageReports(EngineBase):
@@ -62,6 +64,32 @@ class UsageReports(EngineBase):
         if found is None:
             raise ApplicationNotFound(name)
         return found
+
+    def list_reservations(
+        self,
+        *,
+        partition: str = DEFAULT_PARTITION,
+        queue: str | None = None,
+        state: str | ReservationState | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        older_than: str | float | timedelta | None = None,
+        limit: int = listing.DEFAULT_LIMIT,
+    ) -> list[Reservation]:
+        """The partition's reservations, oldest first, at most ``limit`` (up to 1000): of
+        ``queue`` and every queue below it, in ``state``, of ``user``, of ``application``, made
+        longer ago than ``older_than`` (seconds, a timedelta, or ``10m``, ``2h``, ``1d``...),
+        each filter only when given. Read from a replica when there are some."""
+        wanted = listing.query(
+            partition=partition,
+            queue=queue,
+            state=state,
+            user=user,
+            application=application,
+            older_than=older_than,
+            limit=limit,
+        )
+        return self.driver.run(lambda tx: reads.reservations(tx, wanted), read_only=True)
 
     def _report(
         self,

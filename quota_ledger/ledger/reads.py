@@ -1,6 +1,7 @@
-"""Reads: usage, limits, user/group reports and ResourceQuota status. Nothing here locks a
-counter or writes; a read that combines several tables runs in one REPEATABLE READ snapshot
-(the engine asks the driver for it), so it never mixes two states of the ledger.
+"""Reads: usage, limits, user/group reports, ResourceQuota status and listings of reservations.
+Nothing here locks a counter or writes; a read that combines several tables runs in one
+REPEATABLE READ snapshot (the engine asks the driver for it), so it never mixes two states of
+the ledger.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from typing import Any, TypeVar
 
 from quota_ledger.config import reports
 from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver import listing
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model.errors import ResourceQuotaNotFound
 from quota_ledger.model.limits import QUEUE, SUBTREE
+from quota_ledger.model.listing import ReservationQuery
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import Usage
+from quota_ledger.model.values import Reservation, Usage
 
 T = TypeVar("T")
 
@@ -95,3 +98,9 @@ def all_groups(rules: PartitionRules, apps: list[AppState]) -> list[dict[str, An
     """Every tracked or configured group's usage tree (a ``build`` for :func:`report`)."""
     found = (reports.group_report(rules, g, apps) for g in reports.group_names(rules, apps))
     return [r for r in found if r is not None]
+
+
+def reservations(tx: LedgerTx, wanted: ReservationQuery) -> list[Reservation]:
+    """The reservations ``wanted`` names, oldest first, at most its limit; ``older_than``
+    counts against the database's clock."""
+    return listing.find_reservations(tx.conn, wanted, tx.db_now(), wanted.limit)
