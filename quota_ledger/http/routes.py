@@ -175,14 +175,18 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
             if token.covers(partition, queue)
         }
 
-    @router.put("/queues/{path}/limits", response_model=models.VersionOut, tags=["queues"])
-    def set_limits(path: str, body: models.LimitsBody, token: Annotated[Token, admin]) -> models.VersionOut:
-        """Set (or with null remove) the queue's limits; validated like a config change."""
+    @router.put("/queues/{path}/limits", response_model=models.LimitsOut, tags=["queues"])
+    def set_limits(
+        path: str, body: models.LimitsBody, token: Annotated[Token, admin], response: Response
+    ) -> models.LimitsOut:
+        """Set (or with null remove) the queue's limits; validated like a config change. A name
+        that looks like a typo of a known one is warned about (``warnings``, ``Warning``)."""
         check_scope(token, body.partition, queues.validate_queue(path))
         with metrics.observe("set_limits"):
-            return models.VersionOut(
-                version=engine.set_limits(path, body.resources, partition=body.partition)
-            )
+            made = engine.set_limits(path, body.resources, partition=body.partition)
+        if made.warnings:
+            response.headers["Warning"] = ledger_ops.warning_header(made.warnings)
+        return models.LimitsOut(version=made, warnings=list(made.warnings))
 
     @router.get("/limits", response_model=dict[str, dict[str, int]], tags=["queues"])
     def limits(
