@@ -199,6 +199,32 @@ class DriftOut(BaseModel):
     name: str | None = None
 
 
+class IdleCounterOut(BaseModel):
+    """A counter at zero that nothing references."""
+
+    partition: str
+    #: ``queue``, ``user``, ``group`` or ``quota``
+    kind: str
+    queue: str
+    resource: str
+    #: the user, group or ResourceQuota; null for a queue counter
+    name: str | None = None
+
+
+class PruneOut(BaseModel):
+    """What ``POST /v1/prune`` found (``applied``: and deleted)."""
+
+    applied: bool
+    counters: list[IdleCounterOut]
+
+
+class ReservationListOut(BaseModel):
+    """Reservations that match, oldest first; ``more``: others match beyond ``limit``."""
+
+    reservations: list[ReservationOut]
+    more: bool
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str

@@ -1,4 +1,4 @@
-"""Operations: health, readiness, Prometheus metrics and the audit."""
+"""Operations: health, readiness, Prometheus metrics, the audit and pruning idle counters."""
 
 import dataclasses
 from typing import Annotated, Any
@@ -91,5 +91,20 @@ def build(
         if fix:
             metrics.drift_fixed.inc(len(drifts))
         return [models.DriftOut.model_validate(dataclasses.asdict(d)) for d in drifts]
+
+    @router.post("/v1/prune", response_model=models.PruneOut, responses=guarded)
+    def prune(
+        token: Annotated[Token, reader],
+        apply: Annotated[bool, Query()] = False,
+        partition: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> models.PruneOut:
+        """Counters at zero that nothing references; ``apply=true`` (admin) deletes them, all or
+        nothing."""
+        if apply and not token.allows("admin"):
+            raise HTTPException(403, "pruning needs the admin role")
+        check_scope(token, partition, None)
+        found = engine.prune(apply=apply, partition=partition)
+        counters = [models.IdleCounterOut.model_validate(dataclasses.asdict(c)) for c in found]
+        return models.PruneOut(applied=apply, counters=counters)
 
     return router

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Requ
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import config_models, config_views, ledger_ops, models, scoped
+from quota_ledger.http import config_models, config_views, ledger_ops, models, reservation_list, scoped
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
@@ -51,13 +51,22 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         key = body.key if body.key is not None else idempotency_key
         return ledger_ops.reservation_response(ops.reserve(body, token, key), 201)
 
-    @router.get("/reservations", response_model=models.ReservationOut, tags=["ledger"])
-    def find_reservation(
+    @router.get(
+        "/reservations",
+        response_model=models.ReservationOut | models.ReservationListOut,
+        tags=["ledger"],
+    )
+    def find_reservations(
         token: Annotated[Token, reader],
-        key: Annotated[str, Query(max_length=255)],
+        listed: Annotated[reservation_list.Filters, Depends(reservation_list.filters)],
+        key: Annotated[str | None, Query(max_length=255)] = None,
         partition: Annotated[str, Query(max_length=64)] = "default",
-    ) -> models.ReservationOut:
-        """The reservation made with this idempotency key (a pod's uid for ``reserve_pod``)."""
+    ) -> models.ReservationOut | models.ReservationListOut:
+        """With ``key``: the reservation made with this idempotency key (a pod's uid for
+        ``reserve_pod``). Without: ``{"reservations": [...], "more"}``, the partition's
+        reservations that match the filters, oldest first, at most ``limit``."""
+        if key is None:
+            return reservation_list.answer(engine, token, partition, listed)
         return models.ReservationOut.of(ops.by_key(key, token, partition))
 
     @router.get("/reservation-ids", response_model=list[str], tags=["ledger"])
