@@ -155,3 +155,21 @@ def test_a_release_key_used_outside_the_subtree_is_no_conflict(service: Service)
         assert clash.status_code == 409
         assert "'r'" in clash.json()["error"]["message"]  # the key it sent
         assert team.post("/v1/releases", json=mine | {"key": 7}).status_code == 422
+
+
+def test_a_pod_uid_used_outside_the_subtree_is_no_conflict(service: Service) -> None:
+    def pod(namespace: str) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": namespace, "name": "p", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        }
+
+    with service.client("service") as other:
+        theirs = other.post("/v1/reservations", json={"pod": pod("b")})  # root.b
+        assert theirs.json()["key"] == "u1"
+    with service.client("team-a") as team:
+        mine = team.post("/v1/reservations", json={"pod": pod("a")})  # root.a
+        assert mine.status_code == 201, mine.text
+        assert (mine.json()["queue"], mine.json()["key"]) == ("root.a", "u1")
+        assert team.post("/v1/reservations", json={"pod": pod("a")}).json()["id"] == mine.json()["id"]
+        assert team.get("/v1/reservations", params={"key": "u1"}).json()["id"] == mine.json()["id"]
