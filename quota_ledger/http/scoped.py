@@ -8,7 +8,7 @@ Two answers of the ledger would otherwise speak of reservations and usage outsid
   the partition, the token's queue and the key: the token gets 201, as for a key never used, and
   a retry under the same key finds the scoped key's reservation again. The token is always
   shown the key it sent (:func:`shown`), and ``GET /v1/reservations?key=`` looks the scoped key
-  up too (:func:`scoped_key`). Unrestricted tokens and the Python API see the stored key.
+  up too (:func:`scoped_key`). Tokens restricted to no queue and the Python API see the stored key.
 - **Refusals** (:class:`ScopedOverQuota`): a broken limit of a queue outside the subtree (an
   ancestor's, or a user's or group's limit set there) is reported with its scope, resource,
   limit, the amount requested and the shortfall, but without that queue's usage.
