@@ -293,3 +293,32 @@ def test_a_cookie_without_the_prefix_does_not_count_over_tls(tmp_path: Path) -> 
                 return (await browser.get("/ui")).status_code
 
         assert asyncio.run(page()) == 401
+
+
+def test_with_the_database_down_the_pages_answer_503_never_500() -> None:
+    # Nothing listens on port 1: every connection attempt fails at once.
+    engine = QuotaEngine.from_url("postgresql://nobody@127.0.0.1:1/none")
+    engine.driver.max_attempts = 2
+    engine.driver.backoff_base = 0.001
+    app = create_app(engine, Settings(db="sqlite://"), sweep=False)  # type: ignore[call-arg]
+
+    async def story() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ledger") as browser:
+            form = await browser.get("/ui/login")  # needs no database
+            assert form.status_code == 200
+            posted = await browser.post(
+                "/ui/login", data={"token": "qlt_anything", "nonce": _nonce(form)}, headers=OWN
+            )
+            browser.cookies.set("quota_ledger_token", "qlt_anything")
+            return [
+                posted.status_code,
+                (await browser.get("/ui", headers=OWN)).status_code,
+                (await browser.get("/docs", headers=OWN)).status_code,
+                (await browser.post("/ui/logout", headers=OWN)).status_code,
+            ]
+
+    try:
+        assert asyncio.run(story()) == [503, 503, 503, 303]
+    finally:
+        engine.close()
