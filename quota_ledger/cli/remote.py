@@ -22,6 +22,7 @@ from quota_ledger.model import errors
 from quota_ledger.model.values import (
     ConfigProblem,
     Drift,
+    IdleCounter,
     LimitsVersion,
     Reservation,
     ReservationState,
@@ -140,6 +141,25 @@ class RemoteEngine:
 
     def limits(self, *, partition: str = "default") -> dict[str, dict[str, int]]:
         return dict(self._call("GET", "/v1/limits", params={"partition": partition}))
+
+    def list_reservations(
+        self, *, partition: str = "default", limit: int = 100, **filters: Any
+    ) -> list[Reservation]:
+        params = {
+            "partition": partition,
+            "limit": limit,
+            **{k: v for k, v in filters.items() if v is not None},
+        }
+        if isinstance(params.get("older_than"), timedelta):
+            params["older_than"] = str(int(params["older_than"].total_seconds()))
+        found = self._call("GET", "/v1/reservations", params=params)
+        return [_reservation(r) for r in found["reservations"]]
+
+    def prune(self, *, apply: bool = False, partition: str | None = None) -> list[IdleCounter]:
+        params: dict[str, Any] = {"apply": "true" if apply else "false"}
+        if partition:
+            params["partition"] = partition
+        return [IdleCounter(**c) for c in self._call("POST", "/v1/prune", params=params)["counters"]]
 
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:
         params: dict[str, Any] = {"fix": "true" if fix else "false"}
