@@ -20,6 +20,8 @@ from quota_ledger.service import tokens
 from quota_ledger.service.tokens import Token
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="quota-ledger"'}
+#: characters of a token a form or a cookie may present (issued ones are far shorter)
+MAX_TOKEN = 200
 
 
 class Authenticator:
@@ -47,6 +49,12 @@ class Authenticator:
         if found is not None:
             request.state.token = found  # for the access log
         return found
+
+    def session(self, request: Request) -> Token | None:
+        """The token of the browser's session cookie, whatever the request (a sign-in or sign-out
+        form asks who is signed in; it authorizes nothing by this)."""
+        value = self.sessions.held(request)
+        return self.lookup(value) if 0 < len(value) <= MAX_TOKEN else None
 
     def _presented(self, request: Request) -> str:
         header = request.headers.get("authorization", "")

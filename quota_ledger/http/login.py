@@ -21,13 +21,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.http import browser
-from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.auth import MAX_TOKEN, Authenticator
 from quota_ledger.service.tokens import Token
 
 _e = html.escape
 #: the fields a sign-in form posts
 _FIELDS = frozenset({"token", "next", "nonce"})
-_MAX_TOKEN = 200
 
 
 @cache
@@ -76,7 +75,7 @@ def _form(target: str, nonce: str) -> str:
         "--role reader</code>). The dashboard only reads: changes go through the CLI or the API.</p>"
         "<form id=login method=post action='/ui/login'>"
         "<label for=token>Token</label>"
-        f"<input type=password id=token name=token required maxlength={_MAX_TOKEN} autocomplete=off "
+        f"<input type=password id=token name=token required maxlength={MAX_TOKEN} autocomplete=off "
         "autofocus spellcheck=false placeholder='qlt_...'>"
         f"<input type=hidden name=next value='{_e(target)}'>"
         f"<input type=hidden name=nonce value='{_e(nonce)}'>"
@@ -100,11 +99,6 @@ def build(auth: Authenticator) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     sessions = auth.sessions
 
-    def session_of(request: Request) -> Token | None:
-        """The token of the browser's session cookie, whatever the request's method."""
-        value = sessions.held(request)
-        return auth.lookup(value) if 0 < len(value) <= _MAX_TOKEN else None
-
     @router.get("/")
     def home() -> RedirectResponse:
         return RedirectResponse("/ui", status_code=303)
@@ -113,7 +107,7 @@ def build(auth: Authenticator) -> APIRouter:
     def login_form(
         request: Request, next: Annotated[str | None, Query(max_length=2000)] = None
     ) -> HTMLResponse:
-        return page(auth, request, target=browser.safe_next(next), signed_in=session_of(request))
+        return page(auth, request, target=browser.safe_next(next), signed_in=auth.session(request))
 
     @router.post("/ui/login")
     async def login(request: Request) -> Response:
@@ -126,10 +120,10 @@ def build(auth: Authenticator) -> APIRouter:
             notice = "Not signed in: the sign-in form had expired or was not this service's. Try again."
             return page(auth, request, target=target, status=403, notice=notice)
         value = fields.get("token", "").strip()
-        found = await run_in_threadpool(auth.lookup, value) if 0 < len(value) <= _MAX_TOKEN else None
+        found = await run_in_threadpool(auth.lookup, value) if 0 < len(value) <= MAX_TOKEN else None
         if found is None:
             return page(auth, request, target=target, status=401, notice="Unknown or revoked token.")
-        current = await run_in_threadpool(session_of, request)
+        current = await run_in_threadpool(auth.session, request)
         if current is not None and current.name != found.name:
             notice = f"Already signed in as {current.name}: sign out before signing in as {found.name}."
             return page(auth, request, target=target, status=409, notice=notice, signed_in=current)
@@ -142,7 +136,7 @@ def build(auth: Authenticator) -> APIRouter:
     def logout(request: Request) -> Response:
         reason = sessions.foreign(request)
         if reason is not None:
-            current = session_of(request)
+            current = auth.session(request)
             notice = f"Not signed out: {reason}."
             return page(auth, request, target="/ui", status=403, notice=notice, signed_in=current)
         response = RedirectResponse("/ui/login", status_code=303)

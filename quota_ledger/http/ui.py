@@ -82,7 +82,7 @@ def build(engine: QuotaEngine, auth: Authenticator) -> APIRouter:
         held = auth.sessions.held(request)
         # A valid cookie the request may not use (the page was opened from another site of this
         # host): the page says who is signed in, and its link, opened from here, works.
-        current = auth.lookup(held) if 0 < len(held) <= 200 else None
+        current = auth.session(request)
         if "token" in request.query_params:
             notice = "A token in the address is not accepted: paste it here instead."
         elif held and current is None:
