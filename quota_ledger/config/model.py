@@ -23,6 +23,9 @@ from quota_ledger.model.values import ConfigProblem
 
 ROOT = "root"
 DEFAULT_PARTITION = "default"
+#: the queue property that names what owns a queue's limits (``keystone``): a local
+#: ``set_limits`` on that queue or below it is refused with :class:`ManagedQueue`
+MANAGED_BY = "quota-ledger.io/managed-by"
 
 #: YuniKorn's ``uint64`` counts; ``strict`` refuses bools and numeric strings
 Count = Annotated[int, Field(ge=0, le=2**64 - 1, strict=True)]
