@@ -69,6 +69,8 @@ def build(app: FastAPI, auth: Authenticator) -> APIRouter:
             return browser.protect(to_login, request, auth.sessions, None)
         if not found.allows("reader"):
             raise HTTPException(403, "the API documentation needs the reader role")
+        if "token" in request.query_params:  # never accepted; out of the address bar with it
+            return browser.protect(RedirectResponse("/docs", status_code=303), request, auth.sessions, None)
         return browser.protect(HTMLResponse(PAGE), request, auth.sessions, POLICY)
 
     return router

@@ -74,6 +74,9 @@ def test_signing_in_sets_a_hardened_cookie_and_leads_to_the_page(service: Servic
         assert done.headers["cache-control"] == "no-store"
         assert browser.get("/ui", headers=OWN).status_code == 200
         assert browser.get("/docs", headers=OWN).status_code == 200
+        stray = browser.get("/docs", params={"token": "qlt_old-link"}, headers=OWN)
+        assert stray.status_code == 303
+        assert stray.headers["location"] == "/docs"
         assert browser.get("/openapi.json", headers=OWN).status_code == 200
 
 
