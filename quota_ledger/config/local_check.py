@@ -43,7 +43,7 @@ from quota_ledger.config.limits_check import (
     is_zero,
     parse_map,
 )
-from quota_ledger.config.model import partition_name
+from quota_ledger.config.model import MANAGED_BY, partition_name
 from quota_ledger.config.queue_max import ROOT, set_max_resources, text
 from quota_ledger.config.validate import QUEUE_NAME
 from quota_ledger.model import validation
@@ -72,6 +72,8 @@ class QueueFacts:
     children: Sequence[str]
     #: the queue's maxapplications (0: not set)
     max_applications: int = 0
+    #: what owns the queue's limits (its property :data:`~.model.MANAGED_BY`), or None
+    managed_by: str | None = None
 
     @property
     def max_text(self) -> Mapping[str, str]:
@@ -168,6 +170,7 @@ def _facts(node: Mapping[str, Any], path: str, level: int) -> QueueFacts:
         limits=tuple(limits),
         children=tuple(f"{path}.{child.get('name')}" for child in node.get("queues") or []),
         max_applications=int(node.get("maxapplications") or 0),
+        managed_by=(node.get("properties") or {}).get(MANAGED_BY),
     )
 
 
@@ -198,6 +201,20 @@ def configured(index: ConfigIndex, partition: str, queue: str) -> bool:
     """Whether ``queue`` is a configured queue of ``partition`` (root: the partition is)."""
     found = index.partitions.get(partition)
     return found is not None and queue in found.queues
+
+
+def manager(index: ConfigIndex, partition: str, queue: str) -> tuple[str, str] | None:
+    """(the queue, what owns it) of the nearest configured queue on ``queue``'s path, itself
+    included, whose limits something outside the ledger owns; None when none is."""
+    found = index.partitions.get(partition)
+    if found is None:
+        return None
+    segments = queue.split(".")
+    for end in range(len(segments), 1, -1):
+        facts = found.queues.get(".".join(segments[:end]))
+        if facts is not None and facts.managed_by:
+            return facts.path, facts.managed_by
+    return None
 
 
 def _next_facts(facts: QueueFacts, limits: Mapping[str, int | None]) -> QueueFacts:

@@ -38,6 +38,7 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.UsageUnderflow, 409, "usage_underflow"),
     (errors.CounterOverflow, 409, "counter_overflow"),
     (errors.RemovesAllLimits, 409, "removes_all_limits"),
+    (errors.ManagedQueue, 409, "managed_queue"),
     (errors.NotFound, 404, "not_found"),
     (errors.ReservationNotFound, 404, "not_found"),
     (errors.ConfigError, 422, "invalid_config"),
@@ -86,6 +87,8 @@ def _details(error: errors.QuotaLedgerError) -> dict[str, Any]:
         found["state"] = error.state.value
     if isinstance(error, errors.RemovesAllLimits):
         found["partitions"] = error.partitions
+    if isinstance(error, errors.ManagedQueue):
+        found.update(queue=error.queue, owned=error.owned, manager=error.manager)
     if isinstance(error, errors.UnknownResource):
         found.update(partition=error.partition, resources=error.resources, suggestions=error.suggestions)
     if isinstance(error, errors.UnknownQueue):

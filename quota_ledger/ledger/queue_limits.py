@@ -26,7 +26,7 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import configure
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import queues, validation
-from quota_ledger.model.errors import ConfigError
+from quota_ledger.model.errors import ConfigError, ManagedQueue
 from quota_ledger.model.values import LimitsVersion
 
 
@@ -46,6 +46,8 @@ def set_limits(
     """
     version = tx.lock_config_head()
     compiled, index = rules.indexed(tx, version)
+    if (owned := local_check.manager(index, partition, queue)) is not None:
+        raise ManagedQueue(queue, *owned)
     before = compiled.partition(partition)
     unknown = typos.in_limits(before, queue, limits)
     if before.refuses_unknown_names and (refused := unknown.refusal()) is not None:

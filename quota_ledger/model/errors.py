@@ -205,6 +205,28 @@ class ConfigError(InvalidRequest):
         super().__init__(f"invalid configuration: {parts}", field="config")
 
 
+#: how a message names each known owner of a queue's limits (the value of its property)
+_OWNERS = {"keystone": "Keystone"}
+
+
+class ManagedQueue(QuotaLedgerError):
+    """The queue's limits are owned outside the ledger; nothing was changed."""
+
+    def __init__(self, queue: str, owned: str, manager: str) -> None:
+        #: the queue whose limits were to change
+        self.queue = queue
+        #: the owned queue: ``queue`` itself or the configured queue above it
+        self.owned = owned
+        #: what owns it, as the queue property says: ``keystone``
+        self.manager = manager
+        name = _OWNERS.get(manager, manager)
+        where = "" if owned == queue else f" (under {owned})"
+        super().__init__(
+            f"the limits of queue {queue}{where} come from {name}: change them in {name}, "
+            "the next sync would undo a local change"
+        )
+
+
 class NotFound(QuotaLedgerError):
     """The named object does not exist."""
 
