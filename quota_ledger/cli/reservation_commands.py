@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from quota_ledger.cli import help_text, output
@@ -116,28 +116,19 @@ def _reservations(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -
 
 
 def _table(found: list[Reservation]) -> str:
-    now = datetime.now(UTC)
     rows = [
         [
-            r.id[:8],
+            r.id,
             r.state.value,
             r.queue,
             r.user or "-",
             r.application or "-",
-            _age(now - r.created_at),
+            r.created_at.isoformat(timespec="seconds"),
             output.amounts(r.resources),
         ]
         for r in found
     ]
-    return output.table(["ID", "STATE", "QUEUE", "USER", "APPLICATION", "AGE", "RESOURCES"], rows)
-
-
-def _age(spent: timedelta) -> str:
-    seconds = max(0, int(spent.total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return output.table(["ID", "STATE", "QUEUE", "USER", "APPLICATION", "CREATED", "RESOURCES"], rows)
 
 
 def _prune(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
