@@ -17,6 +17,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.schema import Table
 
+from quota_ledger.model import url_text
 from quota_ledger.model.errors import InvalidRequest
 
 # First key of PostgreSQL's two-int advisory locks, so ours never collide with an application's.
@@ -84,17 +85,34 @@ def _lite_bucket(element: FunctionElement[Any], compiler: SQLCompiler, **kw: Any
 
 
 def parse_url(url: str | URL) -> URL:
-    """The URL parsed; a text that is not one is an :class:`InvalidRequest` on ``db``."""
+    """The URL parsed; a text that is not one is an :class:`InvalidRequest` on ``db``, which
+    shows the text without its password."""
+    if isinstance(url, str) and not url.lower().startswith("sqlite") and len(url.strip().split()) > 1:
+        raise InvalidRequest(
+            f"not a database URL: {url_text.redact(url.strip())} (a space in a URL is written %20; "
+            "several URLs are separated by spaces, each starting with its scheme)",
+            field="db",
+        )
     try:
-        return make_url(url)
-    except exc.ArgumentError as error:
-        message = f"not a database URL: {url!r}"
-        if isinstance(url, str) and "://" not in url and url.strip():
+        parsed = make_url(url)
+        if parsed.host and "@" in parsed.host:  # the rest of a password with an @ in it
+            raise exc.ArgumentError("an @ in the host")
+        return parsed
+    except (exc.ArgumentError, ValueError) as error:  # ValueError: a port that is no number
+        shown = url_text.redact(url) if isinstance(url, str) else repr(url)
+        message = f"not a database URL: {shown}"
+        if isinstance(error, ValueError):
+            message += " (its port is not a number, or its password holds a character to %-escape)"
+        elif isinstance(url, str) and "://" in url:
+            message += " (a password's @, /, ?, : or space is written %40, %2F, %3F, %3A, %20)"
+        elif isinstance(url, str) and "://" not in url and url.strip():
             # A file name: the URL of a SQLite file has three slashes before a relative path.
-            message += f"; the SQLite file {url} is sqlite:///{url}"
+            message += f"; the SQLite file {shown} is sqlite:///{shown}"
             if not url.startswith("/"):
                 message += " (an absolute path has a fourth slash: sqlite:////path/to/file.db)"
-        raise InvalidRequest(message, field="db") from error
+        # Not chained: the parser's own message quotes the part it could not read, which may be
+        # (a piece of) the password.
+        raise InvalidRequest(message, field="db") from None
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -119,6 +137,14 @@ def build_engine(
     databases only) opens its connections instead of the driver's ``connect`` on ``url``."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql", "mysql", "mariadb"):
+        raise InvalidRequest(
+            f"unsupported database {backend!r}: use postgresql, mysql/mariadb or sqlite", field="db"
+        )
+    try:  # the dialect and its DBAPI module, which create_engine would fail to load
+        parsed.get_dialect().import_dbapi()
+    except (exc.NoSuchModuleError, ImportError) as error:
+        raise InvalidRequest(f"no database driver {parsed.drivername!r}: {error}", field="db") from error
     if backend == "sqlite":
         return _sqlite_engine(parsed, echo=echo)
     options: dict[str, Any] = {
@@ -138,20 +164,18 @@ def build_engine(
         options["creator"] = creator
     if backend == "postgresql":
         return create_engine(parsed, **options)
-    if backend in ("mysql", "mariadb"):
-        # The pool's reset is _reset_if_in_transaction: PyMySQL sends a ROLLBACK on every
-        # rollback(), also after a commit, where it is one more round trip per call for nothing.
-        engine = create_engine(parsed, **options, pool_reset_on_return=None)
+    # MySQL or MariaDB. The pool's reset is _reset_if_in_transaction: PyMySQL sends a ROLLBACK on
+    # every rollback(), also after a commit, where it is one more round trip per call for nothing.
+    engine = create_engine(parsed, **options, pool_reset_on_return=None)
 
-        @event.listens_for(engine, "connect")
-        def _session_setup(dbapi_conn: Any, _record: Any) -> None:
-            with dbapi_conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                cur.execute("SET SESSION innodb_lock_wait_timeout = 20")
+    @event.listens_for(engine, "connect")
+    def _session_setup(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 20")
 
-        event.listen(engine, "reset", _reset_if_in_transaction)
-        return engine
-    raise ValueError(f"unsupported database {backend!r}: use postgresql, mysql/mariadb or sqlite")
+    event.listen(engine, "reset", _reset_if_in_transaction)
+    return engine
 
 
 #: SERVER_STATUS_IN_TRANS of the MySQL protocol's status flags

@@ -13,11 +13,16 @@ import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import URL
-
-from quota_ledger.driver.dialect import parse_url
+from quota_ledger.model import url_text
 from quota_ledger.model.errors import LedgerMissing
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+# quota_ledger.driver.dialect (SQLAlchemy) is imported by the functions that parse a URL, not with
+# this module: the command line names the default file in its --help, which must start quickly.
 
 APP_DIR = "quota-ledger"
 FILE_NAME = "ledger.db"
@@ -43,17 +48,15 @@ def default_db_url(environ: Mapping[str, str] | None = None) -> str:
 
 
 def split_urls(text: str) -> list[str]:
-    """The URLs of a setting that may hold several, separated by whitespace. A server URL holds
-    none (a space in a password is written ``%20``); a SQLite file name may, and SQLite takes
-    one URL anyway, so a text that starts with ``sqlite`` is one URL."""
-    text = text.strip()
-    if not text or text.lower().startswith("sqlite"):
-        return [text] if text else []
-    return text.split()
+    """The URLs of a setting that may hold several, separated by whitespace before each URL's
+    scheme (see :func:`quota_ledger.model.url_text.split`)."""
+    return url_text.split(text)
 
 
 def sqlite_file(url: str | URL) -> Path | None:
     """The file of a SQLite URL; None for other databases, in-memory SQLite and a list."""
+    from quota_ledger.driver.dialect import parse_url
+
     if isinstance(url, str) and len(split_urls(url)) > 1:
         for one in split_urls(url):
             parse_url(one)  # a text that is no URL is refused, one URL or several
@@ -69,6 +72,8 @@ def sqlite_file(url: str | URL) -> Path | None:
 
 def describe(url: str | URL) -> str:
     """Where the data lives, for people: the file of SQLite, else the URL without its password."""
+    from quota_ledger.driver.dialect import parse_url
+
     path = sqlite_file(url)
     if path is not None:
         return str(path)
