@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from quota_ledger.config.diff import ConfigDiff
@@ -62,6 +62,23 @@ class Configuration(EngineBase):
         allow = validation.flag(allow_removing_all, "allow_removing_all")
         edit = configure.replace_with(source)
         return self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
+
+    def edit_config(self, edit: Callable[[dict[str, Any]], Any], *, allow_removing_all: bool = False) -> int:
+        """Apply ``edit(document)`` to the configuration in force, as :meth:`apply_config` would
+        apply what it returns, in one transaction under the configuration's lock.
+
+        ``edit`` gets a copy of the document in force (the form :meth:`config` returns) and
+        returns the new one (it may change and return its argument). Two processes editing at
+        once never lose each other's change, as a :meth:`config` read followed by an
+        :meth:`apply_config` could. ``edit`` may run again if the transaction is retried, so it
+        should do nothing else. Returns the new version (the one in force when nothing changes).
+        """
+        allow = validation.flag(allow_removing_all, "allow_removing_all")
+
+        def step(document: dict[str, Any], capacity: dict[str, dict[str, int]]) -> tuple[Any, Any]:
+            return configure.unwrap(edit(document)), capacity
+
+        return self.driver.run(lambda tx: self._apply(tx, step, allow_removing_all=allow))
 
     def diff_config(self, source: Any) -> ConfigDiff:
         """What :meth:`apply_config` would do with ``source`` now, changing nothing: the limits
