@@ -17,6 +17,7 @@ from quota_ledger.cli import (
     config_commands,
     kube_commands,
     ledger_commands,
+    openstack_commands,
     service_commands,
 )
 from quota_ledger.service import location
@@ -63,6 +64,7 @@ def build() -> argparse.ArgumentParser:
     config_commands.register(sub, options)
     admin_commands.register_reports(sub, options)
     kube_commands.register(sub, options)
+    openstack_commands.register(sub, options)
     service_commands.register(sub, options)
     return parser
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from quota_ledger.config.model import DEFAULT_PARTITION, MANAGED_BY, ROOT
 from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest
 
 #: the value of :data:`MANAGED_BY` on the queues the Keystone sync owns
 KEYSTONE = "keystone"
@@ -175,8 +176,8 @@ class Selection:
     partition: str = DEFAULT_PARTITION
 
 
-class MappingProblem(ValueError):
-    """Keystone's limits cannot be mapped onto ledger queues."""
+class MappingProblem(InvalidRequest):
+    """Keystone's limits cannot be mapped onto ledger queues; nothing was changed."""
 
 
 def _applies(service_id: str, region_id: str | None, selection: Selection) -> bool:
@@ -194,7 +195,8 @@ def _key(
     if owner != (service_id, name):
         raise MappingProblem(
             f"Keystone resources {owner[1]!r} (service {owner[0]}) and {name!r} (service {service_id}) "
-            f"would both be the ledger's {resource.name!r}: select one service"
+            f"would both be the ledger's {resource.name!r}: select one service",
+            field="service",
         )
     return resource.name, resource
 
