@@ -1,7 +1,9 @@
-"""The runnable examples (shown in docs/kubernetes.md) run on every backend and print what the docs say."""
+"""The runnable examples (shown in docs/kubernetes.md and docs/openstack.md) run on every backend and
+print what the docs say."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +61,20 @@ def test_user_story_1_runs_as_the_readme_writes_it() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1].startswith("admitted: root.kube-system")
+
+
+def test_openstack_cyborg_example_admits_no_claim_over_the_limit(db_url: URL) -> None:
+    out = run("openstack_cyborg.py", db_url).splitlines()
+    assert out[:4] == [
+        "3 fpgas attached: fpga limit 5, used 3, reserved 0",
+        "two requests reserved: fpga limit 5, used 3, reserved 2",
+        "attachments done: fpga limit 5, used 5, reserved 0",
+        "one more request refused: Resource fpga is over limit of 5 due to current usage 5 and delta 1",
+    ]
+    assert out[-2] == (
+        "ledger claims, 16 requests at once: 5 admitted and created, 11 refused before creating anything"
+    )
+    measured = json.loads(out[-1])
+    assert measured["ledger_over_admitted"] == 0
+    # checked at once, the 16 requests all pass oslo.limit's check before any is created
+    assert measured["oslo_limit_over_admitted"] > 0
