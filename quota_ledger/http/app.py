@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
@@ -19,6 +19,9 @@ from quota_ledger.http.fast_lane import FastLane
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.service import sweeper
 from quota_ledger.service.settings import Settings
+
+if TYPE_CHECKING:
+    from quota_ledger.openstack.sync import KeystoneSync
 
 MAX_BODY = 1024 * 1024
 
@@ -115,6 +118,9 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     sessions = Sessions(max_age=settings.session_max_age, tls_at_proxy=settings.tls_at_proxy)
     auth = Authenticator(engine, settings.token_cache_seconds, sessions)
     stop = threading.Event()
+    keystone = keystone_sync(engine, settings)
+    if keystone is not None:
+        metrics.watch_keystone(keystone)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -138,12 +144,24 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
 
             thread = threading.Thread(target=loop, name="quota-ledger-sweeper", daemon=True)
             thread.start()
+        syncing = None
+        if keystone is not None and settings.openstack_sync_interval is not None:
+            every = settings.openstack_sync_interval
+            syncing = threading.Thread(
+                target=keystone.run,
+                args=(stop,),
+                kwargs={"every": every},
+                name="quota-ledger-keystone",
+                daemon=True,
+            )
+            syncing.start()
         try:
             yield
         finally:
             stop.set()
-            if thread is not None:
-                thread.join(timeout=10)
+            for running in (thread, syncing):
+                if running is not None:
+                    running.join(timeout=10)
 
     app = FastAPI(
         title="quota-ledger",
@@ -173,4 +191,22 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
         app.add_middleware(AccessLog, fmt=settings.access_log)  # outermost: sees every answer, 413 too
     app.state.engine = engine
     app.state.metrics = metrics
+    #: the Keystone sync the service runs (``ensure_project`` for the enforcer), or None
+    app.state.keystone_sync = keystone
     return app
+
+
+def keystone_sync(engine: QuotaEngine, settings: Settings) -> KeystoneSync | None:
+    """The Keystone sync ``settings`` ask the service to run (``openstack_sync_interval``), or
+    None. Its credentials are read when it first syncs, so a service whose cloud is not usable yet
+    starts, logs why each sync fails and reports the limits' age as not known."""
+    if settings.openstack_sync_interval is None:
+        return None
+    from quota_ledger.openstack import keystone, limits, sync
+
+    options = sync.SyncOptions(
+        services=tuple(s.strip() for s in settings.openstack_services.split(",") if s.strip()),
+        region=settings.openstack_region,
+        missing=limits.MissingRegistered(settings.openstack_missing_registered),
+    )
+    return sync.KeystoneSync(engine, keystone.LazyReader(settings.openstack_cloud), options)

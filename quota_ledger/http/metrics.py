@@ -6,9 +6,11 @@ never user names or reservation ids.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -20,6 +22,14 @@ from quota_ledger.model.errors import OverQuota, QuotaLedgerError
 from quota_ledger.service import overview, sweeper
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class LimitsSync(Protocol):
+    """What the metrics read of a sync of limits from elsewhere (the Keystone sync)."""
+
+    failures: int
+
+    def age_seconds(self) -> float | None: ...
 
 
 class Metrics:
@@ -62,6 +72,10 @@ class Metrics:
             self.registry.register(_SweeperCollector(sweep))
         self.up = Gauge("quota_ledger_up", "1 while the service runs", registry=self.registry)
         self.up.set(1)
+
+    def watch_keystone(self, sync: LimitsSync) -> None:
+        """Serve the Keystone sync's gauges: how old the limits in force are, failed syncs."""
+        self.registry.register(_KeystoneCollector(sync))
 
     @contextmanager
     def observe(self, operation: str) -> Iterator[None]:
@@ -152,4 +166,24 @@ class _SweeperCollector(Collector):
             "quota_ledger_sweeper_set_aside",
             "Reservations whose expiry failed on their own, which the sweeper skips (ids in the log)",
             value=len(self.health.set_aside),
+        )
+
+
+class _KeystoneCollector(Collector):
+    """Read at scrape time: how old the limits synced from Keystone are."""
+
+    def __init__(self, sync: LimitsSync) -> None:
+        self.sync = sync
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        age = self.sync.age_seconds()
+        yield GaugeMetricFamily(
+            "quota_ledger_openstack_limits_age_seconds",
+            "Seconds since the limits in force were read from Keystone (NaN: not yet)",
+            value=math.nan if age is None else age,
+        )
+        yield GaugeMetricFamily(
+            "quota_ledger_openstack_sync_failures",
+            "Keystone syncs that failed since the last one that succeeded",
+            value=self.sync.failures,
         )

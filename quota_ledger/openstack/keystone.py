@@ -199,3 +199,26 @@ def _project_limit(limit: Mapping[str, Any]) -> ProjectLimit:
         resource_name=str(limit["resource_name"]),
         resource_limit=int(limit["resource_limit"]),
     )
+
+
+class LazyReader:
+    """A :class:`KeystoneReader` made on first use from a ``clouds.yaml`` cloud or the ``OS_*``
+    variables (:func:`session_for`): a long-running process starts without a usable cloud, and
+    each read says why until it is usable."""
+
+    def __init__(self, cloud: str | None = None) -> None:
+        self.cloud = cloud
+        self._reader: KeystoneReader | None = None
+
+    def _get(self) -> KeystoneReader:
+        if self._reader is None:
+            self._reader = KeystoneReader(session_for(self.cloud))
+        return self._reader
+
+    def read(self) -> tuple[KeystoneLimits, dict[str, tuple[str, str]]]:
+        """See :meth:`KeystoneReader.read`."""
+        return self._get().read()
+
+    def project(self, project_id: str) -> tuple[Project, tuple[ProjectLimit, ...]] | None:
+        """See :meth:`KeystoneReader.project`."""
+        return self._get().project(project_id)

@@ -84,6 +84,22 @@ class Settings(BaseSettings):
     )
     tls_certfile: str | None = Field(None, description="PEM certificate: serve HTTPS (else plain HTTP)")
     tls_keyfile: str | None = Field(None, description="PEM private key for tls_certfile")
+    tls_client_ca: str | None = Field(
+        None,
+        description="PEM CA bundle: a client certificate it verifies is taken as the admission role "
+        "(the API server calling the admission webhook); clients without one still use tokens",
+    )
+    admission_ttl: float = Field(
+        120.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds a pod admitted by the webhook stays pending until it is seen stored",
+    )
+    admission_trusted_users: str = Field(
+        "",
+        description="comma-separated users (system:serviceaccount:NAMESPACE:NAME) whose pods may "
+        "name who pays in the yunikorn.apache.org/user.info annotation",
+    )
     pool_size: int = Field(20, ge=1, le=200, description="database connections of the service")
     batching: bool = Field(
         True,
@@ -112,11 +128,43 @@ class Settings(BaseSettings):
     access_log: Literal["text", "json", "off"] = Field(
         "text", description="the service's access log: a text line or a JSON object a request, or none"
     )
+    openstack_sync_interval: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds between syncs of Keystone's unified limits run by the service (unset: "
+        "none; needs the openstack extra)",
+    )
+    openstack_cloud: str | None = Field(
+        None,
+        description="the clouds.yaml cloud the Keystone sync reads as (unset: OS_CLOUD, else the "
+        "OS_* variables)",
+    )
+    openstack_services: str = Field(
+        "",
+        description="comma-separated services (id, name or type) whose limits the Keystone sync "
+        "takes (empty: every service)",
+    )
+    openstack_region: str | None = Field(
+        None,
+        description="the region whose limits the Keystone sync takes with those of no region "
+        "(unset: those of no region)",
+    )
+    openstack_missing_registered: Literal["zero", "unlimited"] = Field(
+        "zero",
+        description="a resource with no registered limit, for a project without its own: zero "
+        "refuses it (as oslo.limit does), unlimited sets no max",
+    )
 
     @property
     def db_urls(self) -> list[str]:
         """The URLs of :attr:`db`: ``QuotaEngine.from_url``'s first argument."""
         return location.split_urls(self.db)
+
+    @property
+    def trusted_users(self) -> frozenset[str]:
+        """The users of :attr:`admission_trusted_users`."""
+        return frozenset(each.strip() for each in self.admission_trusted_users.split(",") if each.strip())
 
     @property
     def read_db_urls(self) -> list[str]:

@@ -279,3 +279,52 @@ def _no_proxy() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.lower() in ("http_proxy", "https_proxy")}
     yield
     os.environ.update(saved)
+
+
+def test_the_service_runs_the_sync_and_serves_the_age_of_the_limits(
+    tmp_path: Path, flat: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from quota_ledger.http.app import create_app
+    from quota_ledger.service import tokens
+    from quota_ledger.service.settings import Settings
+
+    project = flat.project()
+    flat.registered("servers", 4)
+    clouds = {
+        "clouds": {
+            "svc": {
+                "auth": {**flat.server.auth(), "system_scope": "all"},
+                "identity_api_version": 3,
+            }
+        }
+    }
+    for key in ("project_name", "project_domain_id"):
+        clouds["clouds"]["svc"]["auth"].pop(key)
+    (tmp_path / "clouds.yaml").write_text(yaml.safe_dump(clouds))
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "clouds.yaml"))
+    settings = Settings(  # type: ignore[call-arg]
+        db="sqlite://",
+        openstack_sync_interval=0.2,
+        openstack_cloud="svc",
+        openstack_services=flat.service,
+    )
+    with QuotaEngine.from_url(f"sqlite:///{tmp_path / 'ledger.db'}") as engine:
+        engine.migrate()
+        reader = tokens.add(engine, "reader", "reader")
+        app = create_app(engine, settings, sweep=False)
+        with TestClient(app) as client:
+            deadline = time.monotonic() + 30
+            while f"root.{project}" not in engine.limits() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert engine.limits()[f"root.{project}"] == {"servers": 4}
+            text = client.get("/metrics", headers={"Authorization": f"Bearer {reader}"}).text
+            [age] = [
+                line
+                for line in text.splitlines()
+                if line.startswith("quota_ledger_openstack_limits_age_seconds ")
+            ]
+            assert 0 <= float(age.split()[1]) < 30
+            assert "quota_ledger_openstack_sync_failures 0.0" in text
+            assert app.state.keystone_sync.ensure_project(project) == f"root.{project}"
