@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, exc, select
 from sqlalchemy.engine import URL
 
-from quota_ledger.driver import dialect, pg_functions, topology
+from quota_ledger.driver import dialect, pg_functions, time_limit, topology
 from quota_ledger.driver.fair_lock import FairLock
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.tx import LedgerTx
@@ -139,15 +139,25 @@ class DbQuotaDriver:
             self.read_engine.dispose()
 
     def run(
-        self, work: Callable[[LedgerTx], T], *, isolation: str | None = None, read_only: bool = False
+        self,
+        work: Callable[[LedgerTx], T],
+        *,
+        isolation: str | None = None,
+        read_only: bool = False,
+        timeout: float | None = None,
+        rollback: bool = False,
     ) -> T:
         """Run ``work`` in one transaction, retrying the whole of it on transient failures.
 
         ``read_only`` work that may see a slightly stale state goes to the read engine, when
-        there is one; it must not write.
+        there is one; it must not write. ``timeout`` (seconds) bounds the whole call: each
+        attempt's lock waits and statements get what is left of it (:mod:`.time_limit`), and
+        :class:`DatabaseUnavailable` is raised once it is spent. With ``rollback`` the
+        transaction is rolled back when ``work`` returns: what it decided, nothing it wrote.
         """
         engine = self.read_engine if read_only and self.read_engine is not None else self.engine
-        deadline = time.monotonic() + self.retry_seconds
+        budget = self.retry_seconds if timeout is None else min(self.retry_seconds, timeout)
+        deadline = time.monotonic() + budget
         attempt = 0
         while True:
             try:
@@ -155,13 +165,22 @@ class DbQuotaDriver:
                     if isolation is not None and self.backend != "sqlite":
                         conn.execution_options(isolation_level=isolation)
                     tx = LedgerTx(conn, self.backend, attempt)
-                    with conn.begin():
-                        result = work(tx)
-                for hook in tx.after_commit:
-                    hook()
+                    try:
+                        with conn.begin() as transaction:
+                            if timeout is not None:
+                                time_limit.bound(conn, self.backend, deadline - time.monotonic())
+                            result = work(tx)
+                            if rollback:
+                                transaction.rollback()
+                    finally:
+                        if timeout is not None:
+                            time_limit.unbound(conn, self.backend)
+                if not rollback:
+                    for hook in tx.after_commit:
+                        hook()
                 return result
             except exc.DBAPIError as error:
-                attempt = self._after_error(error, attempt, deadline)
+                attempt = self._after_error(error, attempt, deadline, budget, timeout is not None)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
                 attempt = self._after_pool_error(error, attempt, deadline)
 
@@ -207,8 +226,18 @@ class DbQuotaDriver:
         except (exc.TimeoutError, exc.DisconnectionError) as error:
             raise DatabaseUnavailable(str(error)) from error
 
-    def _after_error(self, error: exc.DBAPIError, attempt: int, deadline: float) -> int:
-        """Raise what the caller should see, or count a retry, wait, and return the attempt."""
+    def _after_error(
+        self,
+        error: exc.DBAPIError,
+        attempt: int,
+        deadline: float,
+        budget: float | None = None,
+        bounded: bool = False,
+    ) -> int:
+        """Raise what the caller should see, or count a retry, wait, and return the attempt.
+
+        ``bounded``: the caller set a time limit, and a statement it interrupted is retried
+        while time is left, like a lock timeout."""
         failed = dialect.connect_failure(error)
         if failed is not None:
             connect_kind = failed[0]
@@ -217,13 +246,15 @@ class DbQuotaDriver:
             ):
                 raise self._unreachable(failed, attempt + 1) from error
         kind = dialect.classify(error)
+        if bounded and kind == dialect.FATAL and time_limit.interrupted(error):
+            kind = dialect.RETRY_CONFLICT
         if kind == dialect.MISSING_SCHEMA:
             raise SchemaNotReady() from error
         if kind == dialect.FATAL:
             raise QuotaLedgerError(f"database error: {type(error.orig).__name__}") from error
         attempt += 1
         self._count(kind)
-        spent = self._spent(attempt, deadline)
+        spent = self._spent(attempt, deadline, budget)
         if spent:
             if failed is not None:
                 seconds = None if attempt >= self.max_attempts else self.retry_seconds
@@ -255,12 +286,12 @@ class DbQuotaDriver:
         self._sleep(attempt, dialect.RETRY_DISCONNECT, deadline)
         return attempt
 
-    def _spent(self, attempt: int, deadline: float) -> str | None:
+    def _spent(self, attempt: int, deadline: float, budget: float | None = None) -> str | None:
         """What of the retry budget is spent after ``attempt`` attempts, if any."""
         if attempt >= self.max_attempts:
             return f"{attempt} attempts"
         if time.monotonic() >= deadline:
-            return f"{attempt} attempts in {self.retry_seconds:g} s"
+            return f"{attempt} attempts in {self.retry_seconds if budget is None else budget:g} s"
         return None
 
     def partitions(self) -> list[str]:
