@@ -1,6 +1,7 @@
 """Bearer tokens for the HTTP service: issued once, stored as SHA-256 hashes, checked in
-constant time. Roles nest: ``reader`` < ``service`` < ``admin``. A token may be restricted to one
-partition and one queue subtree."""
+constant time. Roles nest: ``reader`` < ``service`` < ``admin``. ``admission`` stands apart: it may
+call the admission webhook and nothing else (``admin`` may call it too). A token may be restricted
+to one partition and one queue subtree."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from quota_ledger.engine import QuotaEngine
 from quota_ledger.model import queues
 from quota_ledger.model.errors import InvalidRequest, NotFound
 
-ROLES = ("reader", "service", "admin")
+ROLES = ("reader", "service", "admin", "admission")
+#: the roles that nest, each allowed what the ones before it are
+_NESTED = ("reader", "service", "admin")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 PREFIX = "qlt_"
 
@@ -32,7 +35,10 @@ class Token:
     revoked_at: datetime | None = None
 
     def allows(self, role: str) -> bool:
-        return ROLES.index(self.role) >= ROLES.index(role)
+        if role == "admission":
+            return self.role in ("admission", "admin")
+        # Outside the nest (admission): no role of it, whatever the order of ROLES.
+        return self.role in _NESTED and _NESTED.index(self.role) >= _NESTED.index(role)
 
     def covers(self, partition: str | None, queue: str | None) -> bool:
         """Whether a request on ``partition``/``queue`` is inside this token's restriction.
