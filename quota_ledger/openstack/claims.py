@@ -57,6 +57,12 @@ class Claim:
                 self.reservation = self.engine.rollback(self.reservation.id)  # refused by the ledger
             return self.reservation
 
+    def close(self) -> None:
+        """Commit what is still held: the block of a claim ended normally (a claim the block
+        committed or rolled back itself stays as it is)."""
+        if self.reservation.state is ReservationState.PENDING:
+            self.commit()
+
     def abandon(self, error: BaseException) -> None:
         """Roll back because ``error`` ended the request; if even that fails, the reservation
         expires after its ttl, and ``error`` (raised by the caller) notes why."""

@@ -187,16 +187,16 @@ class Enforcer:
     ) -> Iterator[Claim]:
         """Reserve ``deltas`` for ``project_id`` in one atomic step, or raise
         ``ProjectOverLimit`` as :meth:`enforce` would. Leaving the block commits what is still
-        held; an exception in it rolls it back (and is raised again); if the process dies, the
-        reservation expires after ``ttl``. ``key`` (the request's id) makes a retry return the
-        same claim."""
+        held (the block may commit or roll back the :class:`Claim` itself); an exception in it
+        rolls it back (and is raised again); if the process dies, the reservation expires after
+        ``ttl``. ``key`` (the request's id) makes a retry return the same claim."""
         held = self.reserve(project_id, deltas, key=key, ttl=ttl)
         try:
             yield held
         except BaseException as error:
             held.abandon(error)
             raise
-        held.commit()
+        held.close()
 
     def reserve(
         self,
@@ -230,6 +230,8 @@ class Enforcer:
             if limit_view.over_limits(scopes, usage, {n: deltas[n] for n in unguarded}):
                 raise ProjectOverLimit(project_id, limit_view.over_limits(scopes, usage, deltas))
         wanted = {units[n].resource.name: units[n].to_ledger(v) for n, v in deltas.items() if v > 0}
+        if not wanted:
+            raise ValueError("a claim needs a positive delta (enforce() checks current usage)")
         try:
             reservation = engine.reserve(
                 scopes[0].queue,

@@ -121,14 +121,10 @@ def units_of(limits: KeystoneLimits, selection: Selection, name: str) -> Units:
 
 
 def own_limits(limits: KeystoneLimits, selection: Selection, project_id: str) -> list[tuple[str, int]]:
-    """Every limit set on the project itself, sorted by name (oslo.limit's answer for no names)."""
-    names = sorted(
-        {
-            p.resource_name
-            for p in limits.project_limits
-            if p.project_id == project_id and _applies(p, selection)
-        }
-    )
+    """Every limit set on the project itself, in Keystone's order (oslo.limit's answer for no
+    names)."""
+    own = [p for p in limits.project_limits if p.project_id == project_id and _applies(p, selection)]
+    names = dict.fromkeys(p.resource_name for p in own)
     return [(name, project_limit(limits, selection, project_id, name)) for name in names]
 
 
