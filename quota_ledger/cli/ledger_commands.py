@@ -8,60 +8,139 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
-from quota_ledger.cli import output, views
+from quota_ledger.cli import help_text, output, views
 from quota_ledger.cli.arguments import resource_pairs
-from quota_ledger.engine import QuotaEngine
-from quota_ledger.service.settings import Settings
+from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, MEANINGS
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
+    from quota_ledger.engine import QuotaEngine
+    from quota_ledger.service.settings import Settings
+
+#: ``RES=QTY`` arguments
+RESOURCES_HELP = (
+    "a resource and its quantity in Kubernetes notation: vcore=500m, memory=4Gi, nvidia.com/gpu=1"
+)
+#: ``ID`` arguments
+ID_HELP = "the reservation's id, or a unique prefix of it (4 characters or more)"
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:
     """Add ``limits`` and the reservation commands, then ``usage``."""
     common, part, ident = options.common, options.partition, options.identity
-    limits = sub.add_parser("limits", help="queue limits").add_subparsers(
-        title="limits commands", metavar="ACTION"
+    limits = help_text.add_group(sub, "limits", help="queue limits")
+    p = help_text.add_command(
+        limits,
+        "set",
+        parents=[common, part],
+        help="set limits: QUEUE RES=QTY ... (RES=none removes)",
+        description="Set limits of QUEUE, leaving its other resources' limits as they are; prints its "
+        "limits.",
+        examples=[
+            "quota-ledger limits set root.prod memory=64Gi vcore=20 nvidia.com/gpu=4",
+            "quota-ledger limits set root.prod nvidia.com/gpu=none  # remove one limit",
+        ],
     )
-    p = limits.add_parser(
-        "set", parents=[common, part], help="set limits: QUEUE RES=QTY ... (RES=none removes)"
+    p.add_argument("queue", help="the queue, as a dotted path from root (root.prod)")
+    p.add_argument(
+        "resources", nargs="+", metavar="RES=QTY", help=f"{RESOURCES_HELP}; RES=none removes the limit"
     )
-    p.add_argument("queue")
-    p.add_argument("resources", nargs="+", metavar="RES=QTY")
     p.set_defaults(handler=_limits_set)
-    p = limits.add_parser("show", parents=[common, part], help="show limits")
-    p.add_argument("queue", nargs="?")
+    p = help_text.add_command(
+        limits,
+        "show",
+        parents=[common, part],
+        help="show limits",
+        description="Show the limits of every queue of the partition, or of QUEUE.",
+        examples=["quota-ledger limits show", "quota-ledger limits show root.prod --json"],
+    )
+    p.add_argument("queue", nargs="?", help="only this queue (default: every queue with a limit)")
     p.set_defaults(handler=_limits_show)
 
-    p = sub.add_parser("reserve", parents=[common, part, ident], help="reserve QUEUE RES=QTY ...")
-    p.add_argument("queue")
-    p.add_argument("resources", nargs="*", metavar="RES=QTY")
-    p.add_argument("--ttl", type=float, help="seconds until the reservation expires")
-    p.add_argument("--key", help="idempotency key (request id)")
-    p.add_argument("--priority-class")
+    over = {EXIT_OVER_QUOTA: MEANINGS[EXIT_OVER_QUOTA]}
+    p = help_text.add_command(
+        sub,
+        "reserve",
+        parents=[common, part, ident],
+        help="reserve QUEUE RES=QTY ...",
+        description="Reserve resources in QUEUE until they are committed, rolled back or expire; "
+        "prints the reservation.",
+        examples=[
+            "quota-ledger reserve root.dev.team1 vcore=1 memory=2Gi --user sue --group dev",
+            "quota-ledger reserve root.dev.team1 vcore=1 --ttl 60 --key job-42  # retried: reserved once",
+        ],
+        exits=over,
+    )
+    p.add_argument("queue", help="the queue, as a dotted path from root (root.dev.team1)")
+    p.add_argument("resources", nargs="*", metavar="RES=QTY", help=RESOURCES_HELP)
+    p.add_argument(
+        "--ttl",
+        type=float,
+        metavar="S",
+        help="seconds until the reservation expires (default: QUOTA_LEDGER_DEFAULT_TTL, 300)",
+    )
+    p.add_argument(
+        "--key", metavar="K", help="idempotency key (request id): a retry with it gets the same reservation"
+    )
+    p.add_argument("--priority-class", metavar="PC", help="the Kubernetes priority class it is for")
     p.set_defaults(handler=_reserve)
-    p = sub.add_parser("commit", parents=[common], help="commit ID or prefix [RES=QTY ... to commit less]")
-    p.add_argument("id")
-    p.add_argument("resources", nargs="*", metavar="RES=QTY")
+    p = help_text.add_command(
+        sub,
+        "commit",
+        parents=[common],
+        help="commit ID or prefix [RES=QTY ... to commit less]",
+        description="Commit a pending reservation: what it reserved becomes in use (or only RES=QTY of it).",
+        examples=["quota-ledger commit 29ff", "quota-ledger commit 29ff1675 vcore=500m  # commit less"],
+    )
+    p.add_argument("id", help=ID_HELP)
+    p.add_argument("resources", nargs="*", metavar="RES=QTY", help="commit this much instead of all of it")
     p.set_defaults(handler=_commit)
-    p = sub.add_parser(
-        "rollback", parents=[common], help="roll back reservation ID (or a unique prefix of it)"
+    p = help_text.add_command(
+        sub,
+        "rollback",
+        parents=[common],
+        help="roll back reservation ID (or a unique prefix of it)",
+        examples=["quota-ledger rollback 29ff", "quota-ledger rollback 29ff1675-ddb5 --json"],
     )
-    p.add_argument("id")
+    p.add_argument("id", help=ID_HELP)
     p.set_defaults(handler=_rollback)
-    p = sub.add_parser("show", parents=[common], help="show reservation ID (or a unique prefix)")
-    p.add_argument("id")
-    p.set_defaults(handler=_show)
-    p = sub.add_parser("release", parents=[common, part, ident], help="release QUEUE RES=QTY ...")
-    p.add_argument("queue")
-    p.add_argument("resources", nargs="+", metavar="RES=QTY")
-    p.add_argument("--finished", action="store_true", help="the application has finished")
-    p.add_argument("--key", help="idempotency key: the release happens once per key")
-    p.set_defaults(handler=_release)
-    p = sub.add_parser(
-        "usage", parents=[common, part], help="usage table of QUEUE's subtree; without QUEUE, the queue tree"
+    p = help_text.add_command(
+        sub,
+        "show",
+        parents=[common],
+        help="show reservation ID (or a unique prefix)",
+        examples=["quota-ledger show 29ff", "quota-ledger show 29ff1675-ddb5-47e6-ade8-ded4a9fb99bf --json"],
     )
-    p.add_argument("queue", nargs="?")
+    p.add_argument("id", help=ID_HELP)
+    p.set_defaults(handler=_show)
+    p = help_text.add_command(
+        sub,
+        "release",
+        parents=[common, part, ident],
+        help="release QUEUE RES=QTY ...",
+        description="Release resources in use in QUEUE (committed earlier): what a finished pod gives back.",
+        examples=[
+            "quota-ledger release root.dev.team1 vcore=1 memory=2Gi --user sue --group dev",
+            "quota-ledger release root.dev.team1 vcore=1 --application app-1 --finished --key pod-7-done",
+        ],
+    )
+    p.add_argument("queue", help="the queue, as a dotted path from root")
+    p.add_argument("resources", nargs="+", metavar="RES=QTY", help=RESOURCES_HELP)
+    p.add_argument(
+        "--finished", action="store_true", help="the application has finished (app-summary reports it)"
+    )
+    p.add_argument("--key", metavar="K", help="idempotency key: the release happens once per key")
+    p.set_defaults(handler=_release)
+    p = help_text.add_command(
+        sub,
+        "usage",
+        parents=[common, part],
+        help="usage table of QUEUE's subtree; without QUEUE, the queue tree",
+        description="In use, reserved, limit and available of QUEUE's whole subtree, per resource; "
+        "without QUEUE, every queue as a tree.",
+        examples=["quota-ledger usage", "quota-ledger usage root.prod --json"],
+    )
+    p.add_argument("queue", nargs="?", help="the queue (default: every queue, as a tree)")
     p.set_defaults(handler=_usage)
 
 

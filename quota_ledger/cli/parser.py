@@ -35,6 +35,7 @@ GLOBAL_DEFAULTS: dict[str, object] = {
     "settings": None,
     "url": None,
     "token": None,
+    "token_file": None,
 }
 
 
@@ -42,7 +43,7 @@ GLOBAL_DEFAULTS: dict[str, object] = {
 class SharedOptions:
     """Parent parsers that commands list in ``parents=[...]``."""
 
-    #: the global options (``--db``, ``--json``, ``--url``...), accepted before or after the command
+    #: the global options (``--db``, ``--json``, ``--url``...), accepted after the command too
     common: argparse.ArgumentParser
     #: ``--partition``
     partition: argparse.ArgumentParser
@@ -54,9 +55,12 @@ def build() -> argparse.ArgumentParser:
     """The whole parser, commands in the order ``--help`` lists them."""
     options = shared_options()
     parser = argparse.ArgumentParser(
-        prog="quota-ledger", parents=[options.common], description="A database-backed quota ledger."
+        prog="quota-ledger",
+        description="A database-backed quota ledger: reserve, then commit or roll back.",
+        epilog="`quota-ledger COMMAND --help` describes a command, with examples and its exit codes.",
     )
     parser.add_argument("--version", action=_Version, help="print the version and exit")
+    add_global_options(parser, shown=True)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     admin_commands.register_schema(sub, options)
     ledger_commands.register(sub, options)
@@ -84,38 +88,73 @@ class _Version(argparse.Action):
 
 
 def shared_options() -> SharedOptions:
+    """The parents every command lists; the global options among them are hidden from a command's
+    help, which points to ``quota-ledger --help`` instead of repeating them."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_global_options(common, shown=False)
+    partition = argparse.ArgumentParser(add_help=False)
+    partition.add_argument(
+        "--partition", default="default", metavar="P", help="the YuniKorn partition (default: default)"
+    )
+    identity = argparse.ArgumentParser(add_help=False)
+    identity.add_argument("--user", metavar="U", help="the user it is for (checked against user limits)")
+    identity.add_argument(
+        "--group",
+        action="append",
+        metavar="G",
+        help="a group of the user, checked against group limits (repeatable)",
+    )
+    identity.add_argument(
+        "--application", metavar="A", help="the application it belongs to (for app-summary)"
+    )
+    return SharedOptions(common=common, partition=partition, identity=identity)
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, shown: bool) -> None:
+    """Add the global options to ``parser``: with their help (``shown``, at the top), or hidden
+    (under a command, where they are accepted too)."""
     # Global options take SUPPRESS as their default: a command's parser would otherwise set
     # the default over a value given before the command (the parents share their actions).
     # quota_ledger.cli.app fills in GLOBAL_DEFAULTS after parsing.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+    group = parser.add_argument_group("global options (before or after the command)") if shown else parser
+
+    def option(*names: str, text: str, **kwargs: Any) -> None:
+        group.add_argument(
+            *names, default=argparse.SUPPRESS, help=text if shown else argparse.SUPPRESS, **kwargs
+        )
+
+    option(
         "--db",
-        default=argparse.SUPPRESS,
-        help="database URL, or several separated by spaces: the writer first, then the nodes to fail "
+        metavar="URL",
+        text="database URL, or several separated by spaces: the writer first, then the nodes to fail "
         f"over to (env QUOTA_LEDGER_DB; default: the SQLite file {location.default_file()})",
     )
-    common.add_argument(
+    option(
         "--read-db",
-        default=argparse.SUPPRESS,
-        help="replica URLs, separated by spaces, for reads that may lag (env QUOTA_LEDGER_READ_DB)",
+        metavar="URL",
+        text="replica URLs, separated by spaces, for reads that may lag (env QUOTA_LEDGER_READ_DB)",
     )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
-    common.add_argument(
-        "--url", default=argparse.SUPPRESS, help="talk to a running service instead (env QUOTA_LEDGER_URL)"
+    option("--url", metavar="URL", text="talk to a running service instead (env QUOTA_LEDGER_URL)")
+    option(
+        "--token",
+        metavar="TOKEN",
+        text="bearer token for --url (env QUOTA_LEDGER_TOKEN); visible to other users in ps: "
+        "prefer --token-file",
     )
-    common.add_argument(
-        "--token", default=argparse.SUPPRESS, help="bearer token for --url (env QUOTA_LEDGER_TOKEN)"
+    option(
+        "--token-file",
+        metavar="FILE",
+        text="read the bearer token for --url from FILE (env QUOTA_LEDGER_TOKEN_FILE)",
     )
-    common.add_argument(
+    option("--json", action="store_true", text="print JSON (errors too, on standard error)")
+    option(
+        "-v",
+        "--verbose",
+        action="store_true",
+        text="log what happens, and a traceback of an unexpected error",
+    )
+    option(
         "--settings",
-        default=argparse.SUPPRESS,
-        help="settings file of QUOTA_LEDGER_*=value lines (env QUOTA_LEDGER_SETTINGS_FILE)",
+        metavar="FILE",
+        text="settings file of QUOTA_LEDGER_*=value lines (env QUOTA_LEDGER_SETTINGS_FILE)",
     )
-    partition = argparse.ArgumentParser(add_help=False)
-    partition.add_argument("--partition", default="default")
-    identity = argparse.ArgumentParser(add_help=False)
-    identity.add_argument("--user")
-    identity.add_argument("--group", action="append", help="a group of the user (repeatable)")
-    identity.add_argument("--application")
-    return SharedOptions(common=common, partition=partition, identity=identity)

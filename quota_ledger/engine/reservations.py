@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from quota_ledger.config import typos
+from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
 from quota_ledger.ledger import group_commit, release, reserve, reserve_set, resolve, resolve_set
@@ -153,7 +154,56 @@ class Reservations(EngineBase):
         request = pods.parse_pod(pod)
         self.bounds.request(request.resources, "spec.containers")
         queue = self.namespace_queue(request.namespace, partition=partition)
-        checked = reserve.build(
+        return self._reservation(self._pod_request(request, partition, queue, ttl, key))
+
+    def admit_pod(
+        self,
+        pod: Any,
+        *,
+        user: str,
+        groups: Iterable[str] = (),
+        partition: str = DEFAULT_PARTITION,
+        ttl: float | timedelta | None = None,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> Reservation:
+        """Decide a Pod's admission: :meth:`reserve_pod` keyed by its ``metadata.uid``, charged
+        to ``user`` and ``groups`` (whoever asked to create it, not what its annotation says).
+
+        The reservation stays pending until the pod is seen stored, or expires after ``ttl``.
+        Asking again for the same pod returns the first decision's reservation. With
+        ``dry_run`` the same decision runs in a transaction that is rolled back: it raises
+        what a real one would raise, or returns the reservation it would have made, and
+        nothing is written. ``timeout`` (seconds) bounds the database time, lock waits
+        included; past it :class:`DatabaseUnavailable` is raised. A pod without
+        ``metadata.uid`` raises :class:`InvalidRequest`.
+        """
+        validation.partition(partition)
+        request = pods.parse_pod(pod)
+        if request.uid is None:
+            raise InvalidRequest("the pod has no metadata.uid to decide it once by", field="metadata.uid")
+        request = dataclasses.replace(
+            request, user=validation.name(user, "user"), groups=tuple(validation.names(groups, "groups"))
+        )
+        self.bounds.request(request.resources, "spec.containers")
+
+        def work(tx: LedgerTx) -> Reservation:
+            # The namespace's queue is read in the same transaction, under the same time limit.
+            queue = tx.namespace_queue(partition, request.namespace) or f"root.{request.namespace}"
+            checked = self._pod_request(request, partition, queue, ttl, None)
+            return reserve.general(tx, self.rules, self.bounds, checked)
+
+        return self.driver.run(work, timeout=timeout, rollback=dry_run)
+
+    def _pod_request(
+        self,
+        request: pods.PodRequest,
+        partition: str,
+        queue: str,
+        ttl: float | timedelta | None,
+        key: str | None,
+    ) -> ReserveRequest:
+        return reserve.build(
             partition=partition,
             queue=queue,
             resources=request.resources,
@@ -167,7 +217,6 @@ class Reservations(EngineBase):
             namespace=request.namespace,
             missing={"requests": request.missing_requests, "limits": request.missing_limits},
         )
-        return self._reservation(checked)
 
     def get(self, reservation_id: str) -> Reservation:
         """The reservation with this id, as stored now."""

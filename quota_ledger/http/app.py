@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import batch, docs, errors, ledger_ops, login, ops, routes, ui, yunikorn
+from quota_ledger.http import admission, batch, docs, errors, ledger_ops, login, ops, routes, ui, yunikorn
 from quota_ledger.http.access_log import AccessLog
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.browser import Sessions
@@ -181,6 +181,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(routes.build(engine, auth, metrics))
     app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics)))
     app.include_router(yunikorn.build(engine, auth))
+    app.include_router(admission.build(engine, auth, settings))
     app.include_router(login.build(auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))

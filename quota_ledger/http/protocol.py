@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -45,6 +46,8 @@ class BoundedHttp(HttpToolsProtocol):
         self._header_count = 0
         self._refusal: str | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        #: the subject of the client certificate the TLS handshake verified, if any
+        self._client_cert: str | None = None
 
     @classmethod
     def configure(cls, settings: Settings) -> None:
@@ -55,6 +58,7 @@ class BoundedHttp(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._client_cert = verified_client(transport)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -77,6 +81,10 @@ class BoundedHttp(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._client_cert is not None:
+            # The ASGI TLS extension's key: who the verified client certificate names.
+            tls: dict[object, object] = {"client_cert_name": self._client_cert, "client_cert_error": None}
+            self.scope["extensions"] = {"tls": tls}
         self._arm_head_timer()
         self._in_head, self._counting = True, False
         self._head_bytes = self._head_size = self._header_count = 0
@@ -160,6 +168,26 @@ class _Refused(Exception):
     """Raised in a parser callback to stop it; httptools hands it on as a parser error."""
 
 
+def verified_client(transport: asyncio.BaseTransport) -> str | None:
+    """The subject (``CN=...``) of the certificate the client presented and the handshake
+    verified against ``tls_client_ca``; None without TLS or without a client certificate.
+    (A certificate that fails verification fails the handshake: it never gets here.)"""
+    found = transport.get_extra_info("ssl_object")
+    if not isinstance(found, ssl.SSLObject | ssl.SSLSocket):
+        return None
+    cert = found.getpeercert()
+    if not cert:
+        return None
+    subject = cert.get("subject", ())
+    parts = [
+        f"{pair[0]}={pair[1]}"
+        for rdn in (subject if isinstance(subject, tuple) else ())
+        for pair in rdn
+        if isinstance(pair, tuple) and len(pair) == 2
+    ]
+    return ",".join(parts) or "unnamed"
+
+
 def bounded(settings: Settings) -> type[BoundedHttp]:
     """The protocol class of one service process, with the bounds of ``settings``."""
     bounds = {
@@ -174,14 +202,19 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's own bounds, from ``settings``: the time a connection may wait between requests,
     the connections served at once (beyond them a request is answered 503), and the proxies
     whose forwarded headers are believed (none unless configured: any other client could name
-    any address in them)."""
+    any address in them), and with ``tls_client_ca`` the CA that client certificates are
+    verified against (optional: clients without one still present tokens)."""
     proxies = [each.strip() for each in settings.trusted_proxies.split(",") if each.strip()]
+    client_ca = {}
+    if settings.tls_client_ca:
+        client_ca = {"ssl_ca_certs": settings.tls_client_ca, "ssl_cert_reqs": ssl.CERT_OPTIONAL}
     return {
         "timeout_keep_alive": settings.keep_alive_timeout,
         "limit_concurrency": settings.max_connections,
         "proxy_headers": bool(proxies),
         "forwarded_allow_ips": proxies or None,
+        **client_ca,
     }
 
 
-__all__ = ["BoundedHttp", "bounded", "uvicorn_options"]
+__all__ = ["BoundedHttp", "bounded", "uvicorn_options", "verified_client"]
