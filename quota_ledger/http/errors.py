@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quota_ledger.http import scoped
 from quota_ledger.model import errors
+from quota_ledger.openstack import keystone
 
 log = logging.getLogger("quota_ledger.http")
 
@@ -50,6 +51,8 @@ _TABLE: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.UnknownQueue, 422, "unknown_queue"),
     (errors.InvalidRequest, 422, "invalid_request"),
     (errors.DatabaseUnavailable, 503, "database_unavailable"),
+    (keystone.KeystoneUnreachable, 503, "keystone_unavailable"),
+    (keystone.KeystoneError, 502, "keystone_error"),
     (errors.SchemaNotReady, 503, "schema_not_ready"),
 )
 RETRY_AFTER_SECONDS = "1"
