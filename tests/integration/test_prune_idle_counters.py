@@ -71,6 +71,8 @@ def test_prune_of_one_partition_leaves_the_others(ledger: QuotaEngine) -> None:
     expected = [IdleCounter(partition="a", kind="queue", queue="root.x", resource="fpga")]
     assert ledger.prune(apply=True, partition="a") == expected
     assert [c.partition for c in ledger.prune()] == ["b"]
+    assert ledger.prune(apply=True, partition="none-such") == []
+    assert "none-such" not in ledger.driver.partitions()
 
 
 def test_prune_never_deletes_a_counter_a_concurrent_reservation_uses(ledger: QuotaEngine) -> None:
