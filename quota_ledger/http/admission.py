@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import errors
+from quota_ledger.http import errors, models
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.kube import admission_review as reviews
 from quota_ledger.model.errors import (
@@ -30,6 +30,8 @@ from quota_ledger.model.errors import (
     MissingCoveringQuota,
     OverQuota,
     PodMissingResources,
+    UnknownQueue,
+    UnknownResource,
 )
 from quota_ledger.model.values import ReservationState
 from quota_ledger.service.settings import Settings
@@ -83,7 +85,7 @@ def build(engine: QuotaEngine, auth: Authenticator, settings: Settings) -> APIRo
             return reviews.refused(review, reviews.exceeded(error.violations))
         except MissingCoveringQuota as error:
             return reviews.refused(review, reviews.uncovered(error.resources, error.scopes))
-        except (PodMissingResources, IdempotencyConflict) as error:
+        except (PodMissingResources, IdempotencyConflict, UnknownResource, UnknownQueue) as error:
             return reviews.refused(review, str(error))
         except InvalidRequest as error:  # the pod, not the review: the API server sent it as is
             return reviews.refused(review, str(error), code=400, reason="BadRequest")
@@ -94,7 +96,29 @@ def build(engine: QuotaEngine, auth: Authenticator, settings: Settings) -> APIRo
         message = f"the reservation {reservation.id} made for this pod is {reservation.state.value}"
         return reviews.refused(review, message, annotations=notes)
 
-    @router.post("/admission/pods", tags=["kubernetes"])
+    @router.post(
+        "/admission/pods",
+        tags=["kubernetes"],
+        responses={
+            200: {"description": "the AdmissionReview with its response: allowed, or refused with a status"},
+            **{
+                code: {"model": models.ErrorOut, "description": text}
+                for code, text in (
+                    (400, "not an admission.k8s.io/v1 AdmissionReview, or a bad timeout"),
+                    (401, "no certificate, and no or an unknown token"),
+                    (403, "a token of another role than admission or admin"),
+                    (500, "an internal error: the webhook's failurePolicy decides"),
+                    (503, "database unavailable, or busy past the timeout (Retry-After)"),
+                )
+            },
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"type": "object", "title": "AdmissionReview"}}},
+            }
+        },
+    )
     async def admit_pods(
         request: Request,
         _token: Annotated[Token, allowed],

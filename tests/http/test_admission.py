@@ -386,3 +386,16 @@ def test_a_verified_client_certificate_is_the_admission_role(webhook: Webhook) -
         assert answer.status_code == 200
         assert answer.json()["response"]["allowed"] is True
         assert http.get("/v1/queues").status_code == 401  # the certificate is for the webhook only
+
+
+def test_an_internal_error_answers_500_never_allowed(
+    webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(webhook.engine, "admit_pod", broken)
+    with webhook.client() as http:
+        answer = http.post("/v1/admission/pods", json=review(pod()))
+    assert answer.status_code == 500
+    assert "response" not in answer.json()
