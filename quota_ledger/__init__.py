@@ -2,43 +2,113 @@
 
 from __future__ import annotations
 
-from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
-from quota_ledger.driver import DbQuotaDriver
-from quota_ledger.engine import QuotaEngine
-from quota_ledger.model.errors import (
-    AmbiguousReservationId,
-    ApplicationNotFound,
-    ConfigError,
-    CounterOverflow,
-    DatabaseUnavailable,
-    DatabaseUnreachable,
-    GroupNotFound,
-    IdempotencyConflict,
-    InvalidCommit,
-    InvalidQuantity,
-    InvalidRequest,
-    InvalidResourceQuota,
-    LedgerMissing,
-    MissingCoveringQuota,
-    NotFound,
-    OverQuota,
-    PodMissingResources,
-    QuotaLedgerError,
-    RemovesAllLimits,
-    ReservationIdTooShort,
-    ReservationNotFound,
-    ReservationStateError,
-    ResourceQuotaNotFound,
-    SchemaNotReady,
-    TooManyResources,
-    UsageUnderflow,
-    UserNotFound,
-)
-from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
-from quota_ledger.model.values import ConfigProblem, Drift, Reservation, ReservationState, Usage, Violation
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
+    from quota_ledger.driver import DbQuotaDriver
+    from quota_ledger.engine import QuotaEngine
+    from quota_ledger.model.errors import (
+        AmbiguousReservationId,
+        ApplicationNotFound,
+        ConfigError,
+        CounterOverflow,
+        DatabaseUnavailable,
+        DatabaseUnreachable,
+        GroupNotFound,
+        IdempotencyConflict,
+        InvalidCommit,
+        InvalidQuantity,
+        InvalidRequest,
+        InvalidResourceQuota,
+        LedgerMissing,
+        MissingCoveringQuota,
+        NotFound,
+        OverQuota,
+        PodMissingResources,
+        QuotaLedgerError,
+        RemovesAllLimits,
+        ReservationIdTooShort,
+        ReservationNotFound,
+        ReservationStateError,
+        ResourceQuotaNotFound,
+        SchemaNotReady,
+        TooManyResources,
+        UnknownQueue,
+        UnknownResource,
+        UsageUnderflow,
+        UserNotFound,
+    )
+    from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
+    from quota_ledger.model.values import (
+        ConfigProblem,
+        Drift,
+        IdleCounter,
+        LimitsVersion,
+        Reservation,
+        ReservationState,
+        Usage,
+        Violation,
+    )
+
+# The public names are imported when first asked for, not with the package: every module of the
+# package imports it first, and the command line would otherwise load SQLAlchemy, pydantic and
+# the whole engine before it has read its arguments (``quota-ledger --help`` among them).
+_HOMES = {
+    "AmbiguousReservationId": "quota_ledger.model.errors",
+    "ApplicationNotFound": "quota_ledger.model.errors",
+    "ConfigDiff": "quota_ledger.config.diff",
+    "ConfigError": "quota_ledger.model.errors",
+    "ConfigProblem": "quota_ledger.model.values",
+    "CounterOverflow": "quota_ledger.model.errors",
+    "DatabaseUnavailable": "quota_ledger.model.errors",
+    "DatabaseUnreachable": "quota_ledger.model.errors",
+    "DbQuotaDriver": "quota_ledger.driver",
+    "Drift": "quota_ledger.model.values",
+    "GroupNotFound": "quota_ledger.model.errors",
+    "IdempotencyConflict": "quota_ledger.model.errors",
+    "IdleCounter": "quota_ledger.model.values",
+    "InvalidCommit": "quota_ledger.model.errors",
+    "InvalidQuantity": "quota_ledger.model.errors",
+    "InvalidRequest": "quota_ledger.model.errors",
+    "InvalidResourceQuota": "quota_ledger.model.errors",
+    "LedgerMissing": "quota_ledger.model.errors",
+    "LimitChange": "quota_ledger.config.diff",
+    "LimitsVersion": "quota_ledger.model.values",
+    "MissingCoveringQuota": "quota_ledger.model.errors",
+    "NotFound": "quota_ledger.model.errors",
+    "OverLimit": "quota_ledger.config.diff",
+    "OverQuota": "quota_ledger.model.errors",
+    "PodMissingResources": "quota_ledger.model.errors",
+    "QuotaEngine": "quota_ledger.engine",
+    "QuotaLedgerError": "quota_ledger.model.errors",
+    "RemovesAllLimits": "quota_ledger.model.errors",
+    "Reservation": "quota_ledger.model.values",
+    "ReservationIdTooShort": "quota_ledger.model.errors",
+    "ReservationNotFound": "quota_ledger.model.errors",
+    "ReservationState": "quota_ledger.model.values",
+    "ReservationStateError": "quota_ledger.model.errors",
+    "ResourceQuotaNotFound": "quota_ledger.model.errors",
+    "SchemaNotReady": "quota_ledger.model.errors",
+    "TooManyResources": "quota_ledger.model.errors",
+    "UnknownQueue": "quota_ledger.model.errors",
+    "UnknownResource": "quota_ledger.model.errors",
+    "Usage": "quota_ledger.model.values",
+    "UsageUnderflow": "quota_ledger.model.errors",
+    "UserNotFound": "quota_ledger.model.errors",
+    "Violation": "quota_ledger.model.values",
+    "format_human": "quota_ledger.model.quantity",
+    "format_quantity": "quota_ledger.model.quantity",
+    "parse_quantity": "quota_ledger.model.quantity",
+}
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
     # ``__version__`` is read from the installed package's metadata when first asked for, not at
     # import: the lookup scans the environment, and every CLI command imports this package.
     if name == "__version__":
@@ -66,12 +136,14 @@ __all__ = [
     "Drift",
     "GroupNotFound",
     "IdempotencyConflict",
+    "IdleCounter",
     "InvalidCommit",
     "InvalidQuantity",
     "InvalidRequest",
     "InvalidResourceQuota",
     "LedgerMissing",
     "LimitChange",
+    "LimitsVersion",
     "MissingCoveringQuota",
     "NotFound",
     "OverLimit",
@@ -88,6 +160,8 @@ __all__ = [
     "ResourceQuotaNotFound",
     "SchemaNotReady",
     "TooManyResources",
+    "UnknownQueue",
+    "UnknownResource",
     "Usage",
     "UsageUnderflow",
     "UserNotFound",
@@ -97,3 +171,7 @@ __all__ = [
     "parse_quantity",
     "__version__",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -8,48 +8,84 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-import yaml
-
-from quota_ledger.cli import output, progress
+from quota_ledger.cli import help_text, output, progress
 from quota_ledger.cli.arguments import read_source
 from quota_ledger.cli.exit_codes import EXIT_ERROR
-from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
-from quota_ledger.engine import QuotaEngine
 from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.quantity import format_quantity
-from quota_ledger.service.settings import Settings
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
+    from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
+    from quota_ledger.engine import QuotaEngine
+    from quota_ledger.service.settings import Settings
+
+#: a FILE argument
+FILE_HELP = "a configuration in YuniKorn's format, YAML or JSON; - reads standard input"
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:
     """Add ``config`` and its actions."""
     common = options.common
-    config = sub.add_parser("config", help="queue configuration (YuniKorn format)").add_subparsers(
-        title="config commands", metavar="ACTION"
+    config = help_text.add_group(sub, "config", help="queue configuration (YuniKorn format)")
+    p = help_text.add_command(
+        config,
+        "apply",
+        parents=[common],
+        help="apply FILE (YAML or JSON; - for stdin)",
+        description="Apply a configuration: it replaces the one in force as a new version, and says "
+        "who it puts over a limit. One that removes every limit of a partition is refused without "
+        "--allow-removing-all.",
+        examples=[
+            "quota-ledger config apply examples/queues.yaml",
+            "kubectl get configmap yunikorn-configs -o jsonpath='{.data.queues\\.yaml}' "
+            "| quota-ledger config apply -",
+        ],
+        exits={EXIT_ERROR: "error, or the configuration has problems (each is listed)"},
     )
-    p = config.add_parser("apply", parents=[common], help="apply FILE (YAML or JSON; - for stdin)")
-    p.add_argument("file")
+    p.add_argument("file", help=FILE_HELP)
     p.add_argument(
         "--allow-removing-all",
         action="store_true",
         help="apply it even if it removes every limit of a partition (refused otherwise)",
     )
     p.set_defaults(handler=_config_apply)
-    p = config.add_parser(
+    p = help_text.add_command(
+        config,
         "diff",
         parents=[common],
         help="what applying FILE would change (limits added, removed, changed; who would be over)",
+        description="What applying FILE would change: limits added, removed and changed, and who would "
+        "then be over a limit. It changes nothing.",
+        examples=[
+            "quota-ledger config diff examples/queues.yaml",
+            "quota-ledger config diff - --json < new.yaml",
+        ],
     )
-    p.add_argument("file", help="YAML or JSON; - for stdin")
+    p.add_argument("file", help=FILE_HELP)
     p.set_defaults(handler=_config_diff)
-    p = config.add_parser("validate", parents=[common], help="list every problem of FILE; exit 1 if any")
-    p.add_argument("file")
-    p.set_defaults(handler=_config_validate)
-    config.add_parser("show", parents=[common], help="print the configuration in force").set_defaults(
-        handler=_config_show
+    p = help_text.add_command(
+        config,
+        "validate",
+        parents=[common],
+        help="list every problem of FILE; exit 1 if any",
+        description="List every problem of FILE, as applying it would find them; it changes nothing.",
+        examples=[
+            "quota-ledger config validate examples/queues.yaml",
+            "quota-ledger config validate - --json < new.yaml",
+        ],
+        exits={EXIT_ERROR: "the configuration has problems (each is listed), or another error"},
     )
+    p.add_argument("file", help=FILE_HELP)
+    p.set_defaults(handler=_config_validate)
+    help_text.add_command(
+        config,
+        "show",
+        parents=[common],
+        help="print the configuration in force",
+        description="Print the configuration in force, as YAML (--json: its version and the document).",
+        examples=["quota-ledger config show", "quota-ledger config show --json"],
+    ).set_defaults(handler=_config_show)
 
 
 def _config_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
@@ -99,6 +135,8 @@ def _config_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
     if args.json:
         output.emit({"version": engine.config_version(), "config": document})
     else:
+        import yaml
+
         print(yaml.safe_dump(document, sort_keys=False), end="")
     return 0
 

@@ -15,11 +15,15 @@ Every command is added with :func:`add_command` (a group of actions, such as ``c
 
 The exit codes 0, 1 and 2 are listed for every command; ``exits`` adds the others a command may
 return (``{EXIT_OVER_QUOTA: ...}``) or says what 1 means for it. This module imports argparse and
-nothing else, so building the parser stays cheap."""
+nothing else, so building the parser stays cheap.
+
+Descriptions are wrapped (paragraphs apart by a blank line); the examples are shown as written,
+so each should fit in 100 columns."""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -51,7 +55,7 @@ def add_command(
         name,
         parents=list(parents),
         help=help,
-        description=description or _sentence(help),
+        description=_paragraphs(description or _sentence(help)),
         epilog=epilog(examples, exits),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -63,7 +67,9 @@ def add_group(sub: Subcommands, name: str, *, help: str) -> Subcommands:
     group = sub.add_parser(
         name,
         help=help,
-        description=f"{_sentence(help)} `quota-ledger {name} ACTION --help` describes an action.",
+        description=_paragraphs(
+            f"{_sentence(help)} `quota-ledger {name} ACTION --help` describes an action."
+        ),
         epilog=GLOBAL_OPTIONS_NOTE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -76,15 +82,16 @@ def epilog(examples: Sequence[str], exits: Mapping[int, str] | None = None) -> s
     if len(examples) < 2:
         raise ValueError("a command's help gives at least two examples")
     codes = {**exit_codes.MEANINGS_SHARED, **(exits or {})}
-    width = max(len(line.split("  # ")[0]) for line in examples)
-    lines = ["examples:"]
-    for example in examples:
-        command, _, why = example.partition("  # ")
-        lines.append(f"  {command.ljust(width)}  # {why}" if why else f"  {command}")
+    lines = ["examples:", *(f"  {example}" for example in examples)]
     lines += ["", "exit codes:"]
     lines += [f"  {code}  {meaning}" for code, meaning in sorted(codes.items())]
     lines += ["", GLOBAL_OPTIONS_NOTE]
     return "\n".join(lines)
+
+
+def _paragraphs(text: str) -> str:
+    """``text`` wrapped as argparse wraps help (the raw formatter of the examples does not)."""
+    return "\n\n".join(textwrap.fill(paragraph, width=78) for paragraph in text.split("\n\n"))
 
 
 def _sentence(text: str) -> str:

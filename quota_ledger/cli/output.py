@@ -8,15 +8,18 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.model import url_text
 from quota_ledger.model.quantity import KUBE_CPU_NAMES, format_human
-from quota_ledger.model.values import Drift, Reservation, Usage
-from quota_ledger.service.tokens import Token
+
+if TYPE_CHECKING:
+    from quota_ledger.model.errors import QuotaLedgerError
+    from quota_ledger.model.values import Drift, Reservation, Usage
+    from quota_ledger.service.tokens import Token
 
 USAGE_HEADER = ["RESOURCE", "IN USE", "RESERVED", "LIMIT", "AVAILABLE", "USED", ""]
 
@@ -192,19 +195,23 @@ def reservation(args: argparse.Namespace, found: Reservation) -> int:
     return 0
 
 
-def fail(args: argparse.Namespace, error: QuotaLedgerError, **extra: Any) -> None:
-    """Report ``error`` on standard error: its class, message and ``extra`` facts with ``--json``."""
+def fail(
+    args: argparse.Namespace, error: QuotaLedgerError, *, secrets: Collection[str] = (), **extra: Any
+) -> None:
+    """Report ``error`` on standard error: its class, message and ``extra`` facts with ``--json``;
+    the message without any of ``secrets`` (passwords, tokens) or a URL's password."""
+    message = url_text.scrub(str(error), secrets)
     if args.json:
         print(
             json.dumps(
-                {"error": type(error).__name__, "message": str(error), **extra},
+                {"error": type(error).__name__, "message": message, **extra},
                 default=_json_default,
                 indent=2,
             ),
             file=sys.stderr,
         )
     else:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
 
 
 def _json_default(value: object) -> object:

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import yaml
 
+from quota_ledger.cli import credentials
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.model import errors
 from quota_ledger.model.values import (
@@ -39,15 +40,16 @@ INSTALL_HINT = "pip install -e '.[remote]' in a clone (pip install 'quota-ledger
 class RemoteEngine:
     """The subset of :class:`~quota_ledger.QuotaEngine` the CLI uses, over HTTP."""
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str | None, *, token_source: str | None = None, timeout: float = 30.0
+    ) -> None:
         self._httpx = _import_httpx()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         #: what a 401 should tell the user to do
         self._token_hint = (
-            "check the token given by --token or QUOTA_LEDGER_TOKEN"
+            f"check the token given by {token_source or '--token or QUOTA_LEDGER_TOKEN'}"
             if token
-            else "give one with --token TOKEN or the environment variable QUOTA_LEDGER_TOKEN "
-            "(`quota-ledger tokens add` makes one)"
+            else credentials.HOW_TO_GIVE
         )
         self.client = self._httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 

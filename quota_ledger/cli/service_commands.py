@@ -12,27 +12,47 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from quota_ledger.cli import output
-from quota_ledger.engine import QuotaEngine
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.cli import help_text, output
+from quota_ledger.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
+    from quota_ledger.engine import QuotaEngine
+    from quota_ledger.service.settings import Settings
+
+#: the roles of ``tokens add --role``; quota_ledger.service.tokens.ROLES, which a test holds them to
+#: (that module opens the database: importing it would slow every command's start)
+ROLES = ("reader", "service", "admin", "admission")
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:
     """Add ``serve`` and ``tokens`` with its actions."""
     common = options.common
-    p = sub.add_parser("serve", parents=[common], help="run the HTTP service (and the expiry sweeper)")
+    p = help_text.add_command(
+        sub,
+        "serve",
+        parents=[common],
+        help="run the HTTP service (and the expiry sweeper)",
+        description="Run the HTTP service (API, dashboard at /ui, docs at /docs) and the expiry sweeper, "
+        "after upgrading the schema; a SQLite ledger that does not exist yet is created.",
+        examples=[
+            "quota-ledger serve --port 8080",
+            "quota-ledger --db postgresql://ledger@db.example/quota serve --host 0.0.0.0 --workers 4 "
+            "--tls-certfile cert.pem --tls-keyfile key.pem",
+        ],
+        exits={EXIT_USAGE: "bad usage, or --tls-certfile without --tls-keyfile, or --workers without --port"},
+    )
     p.add_argument("--host", help="listen address (env QUOTA_LEDGER_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (env QUOTA_LEDGER_PORT, default 8080; 0 = any free port)")
-    p.add_argument("--tls-certfile", help="serve HTTPS with this PEM certificate")
-    p.add_argument("--tls-keyfile", help="and this PEM private key")
+    p.add_argument("--tls-certfile", metavar="FILE", help="serve HTTPS with this PEM certificate")
+    p.add_argument("--tls-keyfile", metavar="FILE", help="and this PEM private key")
     p.add_argument("--no-migrate", action="store_true", help="do not upgrade the schema at start")
     p.add_argument("--no-sweep", action="store_true", help="do not run the expiry sweeper")
     p.add_argument(
-        "--workers", type=int, help="worker processes (env QUOTA_LEDGER_WORKERS, default 1; each sweeps)"
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes (env QUOTA_LEDGER_WORKERS, default 1; each sweeps)",
     )
     p.add_argument(
         "--batching",
@@ -44,6 +64,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
+        metavar="N",
         help="requests one batched transaction decides at most (env QUOTA_LEDGER_MAX_BATCH, default 256)",
     )
     p.add_argument(
@@ -52,31 +73,62 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         help="a line a request on stderr: text, json (lines) or off (env QUOTA_LEDGER_ACCESS_LOG; text)",
     )
     p.set_defaults(handler=_serve, local_only=True, creates_ledger=True)
-    tok = sub.add_parser("tokens", help="bearer tokens of the HTTP service").add_subparsers(
-        title="tokens commands", metavar="ACTION"
+    tok = help_text.add_group(sub, "tokens", help="bearer tokens of the HTTP service")
+    p = help_text.add_command(
+        tok,
+        "add",
+        parents=[common],
+        help="create token NAME; prints it once",
+        description="Create a bearer token and print it, the only time it is shown (the ledger keeps "
+        "its hash). Give it to a client in a file: quota-ledger --token-file FILE.",
+        examples=[
+            "quota-ledger tokens add ci --role service > ci.token",
+            "quota-ledger tokens add team1-view --role reader --queue root.dev.team1 --replace",
+        ],
     )
-    p = tok.add_parser("add", parents=[common], help="create token NAME; prints it once")
-    p.add_argument("name")
-    p.add_argument("--role", required=True, choices=tokens.ROLES)
-    p.add_argument("--partition", help="restrict the token to this partition")
-    p.add_argument("--queue", help="restrict the token to this queue's subtree")
+    p.add_argument("name", help="the token's name: 1-64 of A-Z a-z 0-9 _ . - (a letter or digit first)")
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=ROLES,
+        help="reader: reads; service: reserves and releases too; admin: everything; admission: "
+        "the Kubernetes admission webhook only",
+    )
+    p.add_argument("--partition", metavar="P", help="restrict the token to this partition")
+    p.add_argument("--queue", metavar="Q", help="restrict the token to this queue's subtree")
     p.add_argument(
         "--replace",
         action="store_true",
         help="replace the token of that name, if any (its old value stops working)",
     )
     p.set_defaults(handler=_tokens_add, local_only=True)
-    tok.add_parser("list", parents=[common], help="list tokens (never their values)").set_defaults(
-        handler=_tokens_list, local_only=True
+    help_text.add_command(
+        tok,
+        "list",
+        parents=[common],
+        help="list tokens (never their values)",
+        examples=["quota-ledger tokens list", "quota-ledger tokens list --json"],
+    ).set_defaults(handler=_tokens_list, local_only=True)
+    p = help_text.add_command(
+        tok,
+        "revoke",
+        parents=[common],
+        help="revoke token NAME",
+        description="Revoke a token: it stops working at once (within token_cache_seconds on a running "
+        "service).",
+        examples=[
+            "quota-ledger tokens revoke ci",
+            "quota-ledger --db postgresql://ledger@db.example/quota tokens revoke ci",
+        ],
     )
-    p = tok.add_parser("revoke", parents=[common], help="revoke token NAME")
-    p.add_argument("name")
+    p.add_argument("name", help="the token's name")
     p.set_defaults(handler=_tokens_revoke, local_only=True)
 
 
 def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
+    from quota_ledger.engine import QuotaEngine
     from quota_ledger.http import access_log, protocol
     from quota_ledger.http.app import create_app
 
@@ -207,6 +259,8 @@ def _announce_when_up(scheme: str, host: str, port: int, announcement: str) -> N
 
 
 def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    from quota_ledger.service import tokens
+
     token = tokens.add(
         engine, args.name, args.role, partition=args.partition, queue=args.queue, replace=args.replace
     )
@@ -216,6 +270,8 @@ def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> 
 
 
 def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    from quota_ledger.service import tokens
+
     found = tokens.listing(engine)
     if args.json:
         import json
@@ -229,6 +285,8 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    from quota_ledger.service import tokens
+
     tokens.revoke(engine, args.name)
     print(f"revoked token {args.name}")
     return 0

@@ -4,17 +4,27 @@ on a terminal (``sweep --once``, ``audit``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from quota_ledger.cli import progress
-from quota_ledger.cli.remote import RemoteEngine
-from quota_ledger.engine import QuotaEngine
-from quota_ledger.ledger.batches import SetAside
 from quota_ledger.model import short_ids
-from quota_ledger.model.values import Drift, Usage
-from quota_ledger.service import overview
+
+if TYPE_CHECKING:
+    from quota_ledger.cli.remote import RemoteEngine
+    from quota_ledger.engine import QuotaEngine
+    from quota_ledger.ledger.batches import SetAside
+    from quota_ledger.model.values import Drift, Usage
+
+# The engine's modules (quota_ledger.service.overview among them) and the service client are
+# imported by the functions that use them: the command modules import this one, and building the
+# parser must stay cheap.
 
 
 def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
     """The full reservation id a unique prefix stands for (see :mod:`quota_ledger.model.short_ids`)."""
+    from quota_ledger.cli.remote import RemoteEngine
+    from quota_ledger.service import overview
+
     if isinstance(engine, RemoteEngine):
         return short_ids.resolve(text, engine.reservation_ids)
     return short_ids.resolve(text, lambda prefix, n: overview.reservation_ids(engine, prefix, n))
@@ -22,6 +32,9 @@ def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
 
 def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, dict[str, Usage]]:
     """Every queue with usage or a limit: its subtree's usage and its own limit."""
+    from quota_ledger.cli.remote import RemoteEngine
+    from quota_ledger.service import overview
+
     if isinstance(engine, RemoteEngine):
         return engine.queue_tree(partition)
     return overview.queue_tree(engine, partition)
@@ -34,6 +47,8 @@ def expire_backlog(
     terminal, rounds of one batch per worker so that the bar moves, then a last call that
     sweeps to the end what ran out meanwhile, as the single call would. What cannot be expired
     is left in ``set_aside``, once for every call."""
+    from quota_ledger.service import overview
+
     if not progress.wanted():
         return engine.expire(batch_size=batch, workers=workers, max_rate=rate, set_aside=set_aside)
     total = 0
@@ -53,6 +68,8 @@ def expire_backlog(
 
 def audit(engine: QuotaEngine | RemoteEngine, *, fix: bool, partition: str | None) -> list[Drift]:
     """``audit()`` a partition at a time (each is its own transaction anyway), with a bar."""
+    from quota_ledger.cli.remote import RemoteEngine
+
     if isinstance(engine, RemoteEngine) or partition is not None:
         with progress.bar(f"auditing {partition or 'every partition'}", None):
             return engine.audit(fix=fix, partition=partition)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine, exc
+
+# psycopg is imported by the call, not with this module: SQLite and MariaDB never load it.
 
 #: SQLSTATE of a function that leaves the case to the general path
 DECLINED = "QL001"
@@ -73,6 +73,9 @@ def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | Non
     the connection died), also when no connection could be opened, so the driver retries them
     exactly as it retries a transaction.
     """
+    import psycopg
+    from psycopg.rows import namedtuple_row
+
     try:
         proxied = engine.raw_connection()
     except psycopg.Error as error:

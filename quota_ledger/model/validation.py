@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeGuard
 
-import yaml
-
 from quota_ledger.model.errors import InvalidRequest, TooManyResources
 
 ROOT = "root"
@@ -57,8 +55,11 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
 _RESOURCE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?", re.ASCII)
 _SEGMENT_RULE = "1-64 of a-z A-Z 0-9 _ : # / @ -"
-# libyaml's parser when installed: the pure-Python scanner takes seconds over deep flow nesting.
-_EVENTS = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# yaml is imported by the functions that read YAML, not with this module: the command line
+# imports it to parse its arguments, and most commands read no YAML.
+#: the parser whose events yaml_problem reads first; None: libyaml's when installed (the
+#: pure-Python scanner takes seconds over deep flow nesting), else PyYAML's own
+_EVENTS: Any = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -333,9 +334,12 @@ def yaml_problem(text: str | bytes, max_depth: int = MAX_DEPTH) -> str | None:
     events that would show it; such a text is read again by PyYAML's own parser, which gives
     them, so a syntax error is left to the real load and a deep text is refused here.
     """
+    import yaml
+
     if isinstance(text, str) and not clean(text):
         return "the document holds a NUL byte or a lone surrogate"
-    for loader in dict.fromkeys((_EVENTS, yaml.SafeLoader)):
+    events = _EVENTS or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for loader in dict.fromkeys((events, yaml.SafeLoader)):
         try:
             return _measured(text, loader, max_depth)
         except yaml.YAMLError:
@@ -345,6 +349,8 @@ def yaml_problem(text: str | bytes, max_depth: int = MAX_DEPTH) -> str | None:
 
 def _measured(text: str | bytes, loader: Any, max_depth: int) -> str | None:
     """:func:`yaml_problem` by the events of ``loader`` (its YAMLError raised)."""
+    import yaml
+
     # One [anchor, values] per open collection; anchors -> values of the anchored node.
     open_: list[list[Any]] = [[None, 0]]
     anchors: dict[str, int] = {}
@@ -383,6 +389,8 @@ def manifest(value: object, field: str) -> Any:
 
 def load_yaml(text: str | bytes, field: str) -> Any:
     """A YAML or JSON document, refused with InvalidRequest when malformed, too deep or unclean."""
+    import yaml
+
     problem = yaml_problem(text)
     if problem is not None:
         raise InvalidRequest(problem, field=field)

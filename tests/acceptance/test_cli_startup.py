@@ -84,3 +84,35 @@ def test_version_prints_the_installed_version_without_reading_it_at_start_up() -
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert lazy.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("args", [("usage",), ("reserve", "root.a", "vcore=1"), ("limits", "show")])
+def test_a_sqlite_ledger_does_not_load_the_postgresql_driver(ledger: Path, args: tuple[str, ...]) -> None:
+    assert "psycopg" not in loaded_by(ledger, *args)
+
+
+def test_the_garbage_collector_rests_while_the_ledger_opens_and_runs_for_the_command(tmp_path: Path) -> None:
+    probe = """
+import gc, sys
+from quota_ledger.cli import ledger_commands, main
+from quota_ledger.engine import QuotaEngine
+
+seen = []
+opening, show = QuotaEngine.from_url.__func__, ledger_commands._usage
+QuotaEngine.from_url = classmethod(lambda cls, *a, **k: seen.append(gc.isenabled()) or opening(cls, *a, **k))
+ledger_commands._usage = lambda *a: seen.append(gc.isenabled()) or show(*a)
+code = main(sys.argv[1:])
+print(seen, gc.isenabled(), code)
+"""
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", "--db", db, "db", "upgrade"], check=True, timeout=120
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "--db", db, "usage"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.stdout.splitlines()[-1] == "[False, True] True 0", result.stderr
