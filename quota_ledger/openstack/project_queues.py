@@ -94,6 +94,8 @@ def upsert(
 
 
 def _merge(parent: dict[str, Any], queues: Sequence[Mapping[str, Any]], path: str) -> None:
+    if not queues:
+        return
     children: list[dict[str, Any]] = parent.setdefault("queues", [])
     for queue in queues:
         name = queue["name"]
