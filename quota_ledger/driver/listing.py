@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import Connection, and_, bindparam, or_, select
 
 from quota_ledger.driver.reservations import _READ_MANY, _many
 from quota_ledger.driver.schema import reservations
@@ -44,3 +44,22 @@ def find_reservations(
         return []
     found = {s.reservation.id: s.reservation for s in _many(conn.execute(_READ_MANY, {"ids": ids}).all())}
     return [found[rid] for rid in ids if rid in found]
+
+
+# held_keys: the keyed reservations that still hold something (pending, or committed and not
+# released), oldest first; no lock. Reads the partition's keyed rows (its key index).
+_HELD = (
+    select(_R.key, _R.id, _R.state)
+    .where(
+        _R.partition == bindparam("p"),
+        _R.key.is_not(None),
+        or_(_R.state == "pending", and_(_R.state == "committed", _R.released_at.is_(None))),
+    )
+    .order_by(_R.created_at, _R.id)
+)
+
+
+def held_keys(conn: Connection, partition: str) -> list[tuple[str, str, str]]:
+    """(key, id, state) of every keyed reservation of ``partition`` that still holds something:
+    pending, or committed and not released."""
+    return [(row.key, row.id, row.state) for row in conn.execute(_HELD, {"p": partition})]

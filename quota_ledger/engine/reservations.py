@@ -13,11 +13,14 @@ from quota_ledger.config import typos
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
-from quota_ledger.ledger import group_commit, release, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger import group_commit, reads, release, reserve, reserve_set, resolve, resolve_set
 from quota_ledger.ledger.reserve import Request as ReserveRequest
 from quota_ledger.model import validation
-from quota_ledger.model.errors import InvalidRequest, ReservationNotFound
-from quota_ledger.model.values import Reservation
+from quota_ledger.model.errors import InvalidRequest, ReservationNotFound, ReservationStateError
+from quota_ledger.model.values import Reservation, ReservationState, Violation
+
+#: what :func:`recharge_key` appends to a pod's uid (a uid never holds a space)
+RECHARGED = " charged"
 
 
 class Reservations(EngineBase):
@@ -195,6 +198,61 @@ class Reservations(EngineBase):
 
         return self.driver.run(work, timeout=timeout, rollback=dry_run)
 
+    def charge_pod(
+        self, pod: Any, *, partition: str = DEFAULT_PARTITION
+    ) -> tuple[Reservation, list[Violation]]:
+        """Charge a Pod the cluster already runs (it was stored, so it counts), over a limit if
+        need be; the committed reservation, and the limits it is over (empty when it fits).
+
+        Its pending reservation (keyed by ``metadata.uid``, from :meth:`admit_pod` or
+        :meth:`reserve_pod`) is committed. A pod without one, or whose reservation ended
+        uncommitted (expired, rolled back), is reserved and committed in one transaction with
+        no limit refusing it, keyed by :func:`recharge_key` in the latter case. A committed
+        reservation is returned as it is. Charging again changes nothing. A pod without
+        ``metadata.uid`` raises :class:`InvalidRequest`.
+        """
+        validation.partition(partition)
+        request = pods.parse_pod(pod)
+        uid = request.uid
+        if uid is None:
+            raise InvalidRequest("the pod has no metadata.uid to charge it once by", field="metadata.uid")
+        self.bounds.request(request.resources, "spec.containers")
+        operation_id = str(uuid.uuid4())
+
+        def commit(tx: LedgerTx, reservation_id: str) -> tuple[Reservation, bool]:
+            return resolve.commit_general(tx, self.rules, reservation_id, None, operation_id)
+
+        def work(tx: LedgerTx) -> tuple[Reservation, list[Violation]]:
+            key = uid
+            for key in (uid, recharge_key(uid)):
+                found = tx.find_reservation_by_key(partition, key)
+                if found is None:
+                    break
+                current = found.reservation
+                if current.state is ReservationState.PENDING:
+                    current, expired = commit(tx, current.id)
+                    if not expired:
+                        return current, []
+                elif current.state is ReservationState.COMMITTED:
+                    return current, []
+            else:  # both keys used: the second is committed when made, so this is not reached
+                raise ReservationStateError(current.id, current.state, "charge")
+            queue = tx.namespace_queue(partition, request.namespace) or f"root.{request.namespace}"
+            overruns: list[Violation] = []
+            made = reserve.general(
+                tx, self.rules, self.bounds, self._pod_request(request, partition, queue, None, key), overruns
+            )
+            return commit(tx, made.id)[0], overruns
+
+        return self.driver.run(work)
+
+    def held_keys(self, *, partition: str = DEFAULT_PARTITION) -> dict[str, tuple[str, ReservationState]]:
+        """key -> (reservation id, state) of every keyed reservation that still holds something:
+        pending, or committed and not released (what a reconciler compares with the pods that
+        exist)."""
+        validation.partition(partition)
+        return self.driver.run(lambda tx: reads.held_keys(tx, partition), read_only=True)
+
     def _pod_request(
         self,
         request: pods.PodRequest,
@@ -367,6 +425,12 @@ class Reservations(EngineBase):
         self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
     ) -> tuple[Reservation, bool]:
         return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id), False
+
+
+def recharge_key(uid: str) -> str:
+    """The key :meth:`Reservations.charge_pod` charges a pod under when the reservation keyed by
+    its uid ended uncommitted (the pod was stored after it expired)."""
+    return f"{uid}{RECHARGED}"
 
 
 def _warned(warnings: tuple[str, ...], reservation: Reservation) -> Reservation:

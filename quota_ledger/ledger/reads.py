@@ -20,7 +20,7 @@ from quota_ledger.model.errors import ResourceQuotaNotFound
 from quota_ledger.model.limits import QUEUE, SUBTREE
 from quota_ledger.model.listing import ReservationQuery
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import Reservation, Usage
+from quota_ledger.model.values import Reservation, ReservationState, Usage
 
 T = TypeVar("T")
 
@@ -104,3 +104,9 @@ def reservations(tx: LedgerTx, wanted: ReservationQuery) -> list[Reservation]:
     """The reservations ``wanted`` names, oldest first, at most its limit; ``older_than``
     counts against the database's clock."""
     return listing.find_reservations(tx.conn, wanted, tx.db_now(), wanted.limit)
+
+
+def held_keys(tx: LedgerTx, partition: str) -> dict[str, tuple[str, ReservationState]]:
+    """key -> (reservation id, state) of the partition's keyed reservations that still hold
+    something: pending, or committed and not released."""
+    return {key: (rid, ReservationState(state)) for key, rid, state in listing.held_keys(tx.conn, partition)}

@@ -40,7 +40,7 @@ from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, Over
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import Reservation, ReservationState
+from quota_ledger.model.values import Reservation, ReservationState, Violation
 
 Missing = Mapping[str, Mapping[str, list[str]]]
 
@@ -158,8 +158,18 @@ def reserve(
 
 
 # -- the general path --------------------------------------------------------------------------
-def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, request: Request) -> Reservation:
-    """The general path's transaction."""
+def general(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    bounds: validation.Bounds,
+    request: Request,
+    overruns: list[Violation] | None = None,
+) -> Reservation:
+    """The general path's transaction.
+
+    With ``overruns`` nothing is refused for a limit: the limits it breaks are appended to that
+    list instead (charging what already runs, :meth:`QuotaEngine.charge_pod`). Only this path
+    takes it; the function and set paths always refuse."""
     partition, queue, positive = request.partition, request.queue, request.resources
     if request.key is not None and (found := tx.find_reservation_by_key(partition, request.key)):
         return arguments.same_request(found, partition, request.key, request.request_hash)
@@ -169,7 +179,10 @@ def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reque
     in_force = rules.partition(tx, partition)
     if (refused := refusal(in_force, request)) is not None:
         raise refused
-    quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
+    if overruns is None:
+        quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
+    else:  # it runs already: charged to the quotas it matches, covered or not
+        quotas = resource_quotas.matching(in_force, queue, request.kube)
     reservation = request.pending(now)
     # Write our own new rows first and lock the shared counters last, so they are held only
     # for check, update and commit.
@@ -192,15 +205,18 @@ def general(tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reque
         applications.save(tx, app)
     # A new application counts against every maxapplications on its way to root.
     requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
-    own = _lock_own(tx, bounds, request, requested, checked=app is not None or bool(quotas), now=now)
+    checked = app is not None or bool(quotas) or overruns is not None
+    own = _lock_own(tx, bounds, request, requested, checked=checked, now=now)
     limits = tx.lock_subtree_counters(partition, queues.lineage(queue), requested)
     scoped = applications.lock_for_reserve(tx, in_force, app, requested, now) if app is not None else []
     quota_usage: dict[str, int] = request.kube["usage"]
     charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
     broken = limit_rules.violations(partition, requested, [*limits, *scoped])
     broken += resource_quotas.violations(partition, quota_usage, charged)
-    if broken:
+    if broken and overruns is None:
         raise OverQuota(broken)
+    if overruns is not None:
+        overruns += broken
     limit_rules.check_overflow(positive, [*own, *limits, *scoped])
     limit_rules.check_overflow(quota_usage, charged, field="in_use")
     tx.apply_counter_deltas({c.id: reserve_delta(c, requested) for c in [*own, *limits]}, now)
