@@ -134,6 +134,10 @@ def _build(tmp_path: Path, components: list[str]) -> list[dict[str, Any]]:
         "kind": "Kustomization",
         "resources": [base],
         "components": [f"{base}/{name}" for name in components],
+        # as docs/running-in-kubernetes.md's overlay names the image that was built and pushed
+        "images": [
+            {"name": "quota-ledger", "newName": "registry.example.com/quota-ledger", "newTag": "9.9.9"}
+        ],
     }
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     built = subprocess.run(
@@ -160,6 +164,13 @@ def test_the_base_with_every_component_builds_into_valid_objects(tmp_path: Path)
         "reconcile",
         "--write-status",
     ]
+    images = {
+        container["image"]
+        for doc in docs
+        if doc["kind"] in ("Deployment", "Job")
+        for container in doc["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"registry.example.com/quota-ledger:9.9.9"}
     (webhook,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     assert webhook["metadata"]["annotations"] == {
         "cert-manager.io/inject-ca-from": f"{NAMESPACE}/quota-ledger-tls"
