@@ -2,9 +2,12 @@
 
 The venv (``pip install keystone==KEYSTONE_VERSION``) is cached under
 ``$XDG_CACHE_HOME/quota-ledger/keystone-venv-<version>`` (``~/.cache`` unless set) and built
-under a file lock, so parallel test workers build it once. Keystone's WSGI application is served
-by werkzeug (a Keystone dependency) from that venv: no uwsgi, no Apache. Its enforcement model
-is ``keystone.conf``'s ``[unified_limit] enforcement_model``, so switching models restarts the
+under a file lock, so parallel test workers build it once. Beside it lies a template made once
+as Keystone's install guide says (``keystone-manage db_sync``, ``fernet_setup``,
+``credential_setup``, ``bootstrap``); each server starts from a copy of it and points the
+catalog's identity endpoints at its own port. Keystone's WSGI application is served by werkzeug
+(a Keystone dependency) from that venv: no uwsgi, no Apache. Its enforcement model is
+``keystone.conf``'s ``[unified_limit] enforcement_model``, so switching models restarts the
 server on the same database.
 """
 
@@ -52,33 +55,34 @@ def cache_dir() -> Path:
 
 
 def keystone_venv() -> tuple[Path, float]:
-    """The venv's directory and the seconds building it took (0 when it was cached)."""
+    """The venv's directory (with its template) and the seconds building them took (0 when
+    cached)."""
     venv = cache_dir() / f"keystone-venv-{KEYSTONE_VERSION}"
-    ready = venv / ".ready"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with (venv.parent / f"keystone-venv-{KEYSTONE_VERSION}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready.exists():
-            return venv, 0.0
-        shutil.rmtree(venv, ignore_errors=True)
         started = time.monotonic()
-        steps = [
-            [sys.executable, "-m", "venv", str(venv)],
-            [
-                str(venv / "bin" / "pip"),
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                f"keystone=={KEYSTONE_VERSION}",
-            ],
-        ]
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
-            if done.returncode != 0:
-                tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-                raise KeystoneUnavailable(f"cannot build the Keystone venv ({' '.join(step[:3])}): {tail}")
-        ready.write_text(KEYSTONE_VERSION)
-        return venv, time.monotonic() - started
+        if not (venv / ".ready").exists():
+            _build(venv)
+        template = venv / "template"
+        if not (template / ".ready").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            template.mkdir()
+            KeystoneServer(venv=venv, home=template, port=1).bootstrap()
+            (template / ".ready").write_text(KEYSTONE_VERSION)
+        took = time.monotonic() - started
+        return venv, took if took > 1 else 0.0
+
+
+def _build(venv: Path) -> None:
+    shutil.rmtree(venv, ignore_errors=True)
+    pip = [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
+    for step in ([sys.executable, "-m", "venv", str(venv)], [*pip, f"keystone=={KEYSTONE_VERSION}"]):
+        done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+            raise KeystoneUnavailable(f"cannot build the Keystone venv ({' '.join(step[:3])}): {tail}")
+    (venv / ".ready").write_text(KEYSTONE_VERSION)
 
 
 def _free_port() -> int:
@@ -97,6 +101,8 @@ class KeystoneServer:
     model: str = ""
     process: subprocess.Popen[str] | None = None
     _token: str | None = None
+    #: whether the catalog's identity endpoints name this server's port
+    _moved: bool = True
 
     @property
     def url(self) -> str:
@@ -137,7 +143,15 @@ enabled = false
             raise RuntimeError(f"keystone-manage {args[0]} failed: {done.stderr[-2000:]}")
 
     def setup(self) -> None:
-        """A fresh database with keys and the admin, as Keystone's install guide makes them."""
+        """A fresh database with keys and the admin: a copy of the venv's template."""
+        template = self.venv / "template"
+        shutil.copy(template / "keystone.db", self.home / "keystone.db")
+        for keys in ("fernet-keys", "credential-keys"):
+            shutil.copytree(template / keys, self.home / keys)
+        self._moved = False
+
+    def bootstrap(self) -> None:
+        """A new database with keys and the admin, as Keystone's install guide makes them."""
         self._conf("flat")
         self._manage("db_sync")
         owner = ["--keystone-user", "root", "--keystone-group", "root"] if os.getuid() == 0 else []
@@ -186,10 +200,15 @@ enabled = false
                 raise RuntimeError(f"Keystone exited: {(self.home / 'serve.err').read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/", timeout=2):
-                    return
+                    break
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("Keystone did not answer within 60 s")
+        else:
+            raise RuntimeError("Keystone did not answer within 60 s")
+        if not self._moved:
+            for endpoint in self.call("GET", "/endpoints")["endpoints"]:
+                self.call("PATCH", f"/endpoints/{endpoint['id']}", {"endpoint": {"url": self.url + "/"}})
+            self._moved = True
 
     def stop(self) -> None:
         if self.process is not None:
