@@ -47,7 +47,7 @@ ROLE = "admission"
 
 def caller(auth: Authenticator) -> Any:
     """The dependency that lets the admission role in: a verified client certificate, else a
-    bearer token that :meth:`Token.allows` the role."""
+    bearer token that :meth:`Token.allows` the role, restricted to no partition or queue."""
     by_token = auth.require(ROLE)
 
     async def dependency(request: Request) -> Token:
@@ -57,7 +57,14 @@ def caller(auth: Authenticator) -> Any:
             token = Token(f"client-certificate:{subject}", ROLE)
             request.state.token = token  # for the access log
             return token
-        return await by_token(request)
+        token = await by_token(request)
+        if token.partition is not None or token.queue is not None:
+            # A pod may go to any namespace's queue, and a refusal names the limits it broke:
+            # a token restricted to a partition or a subtree would act and see outside it.
+            raise HTTPException(
+                403, "the admission webhook admits pods to any queue: it needs an unrestricted token"
+            )
+        return token
 
     return dependency
 

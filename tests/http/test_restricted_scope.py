@@ -11,6 +11,7 @@ import pytest
 from http_support import Service
 from test_cli_remote import cli
 
+from quota_ledger.model.errors import ReservationNotFound
 from quota_ledger.service import tokens
 
 ANCESTOR_LIMITED = """
@@ -173,3 +174,34 @@ def test_a_pod_uid_used_outside_the_subtree_is_no_conflict(service: Service) -> 
         assert (mine.json()["queue"], mine.json()["key"]) == ("root.a", "u1")
         assert team.post("/v1/reservations", json={"pod": pod("a")}).json()["id"] == mine.json()["id"]
         assert team.get("/v1/reservations", params={"key": "u1"}).json()["id"] == mine.json()["id"]
+
+
+def test_the_admission_webhook_refuses_a_restricted_token(service: Service) -> None:
+    service.tokens["admin-a"] = tokens.add(service.engine, "admin-a", "admin", queue="root.a")
+    service.tokens["admission-a"] = tokens.add(service.engine, "admission-a", "admission", queue="root.a")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "b", "name": "p", "uid": "u-outside"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }
+    request = {
+        "uid": "r-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "b",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": []},
+        "object": pod,
+        "dryRun": False,
+    }
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    for role in ("admin-a", "admission-a"):
+        with service.client(role) as restricted:
+            refused = restricted.post("/v1/admission/pods", json=review)
+            assert refused.status_code == 403, refused.text
+    with pytest.raises(ReservationNotFound):
+        service.engine.get_by_key("u-outside")
+    with service.client("admission") as unrestricted:
+        answered = unrestricted.post("/v1/admission/pods", json=review)
+        assert answered.status_code == 200, answered.text
