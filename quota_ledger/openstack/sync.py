@@ -158,8 +158,10 @@ class KeystoneSync:
     def _apply(self, limits: KeystoneLimits, selection: Selection) -> SyncResult:
         owned = owned_queues(limits, selection)
         before = self.engine.config_version()
-        document = merged(self.engine.config(), owned, partition=selection.partition)
-        version = self.engine.apply_config(document)
+        # Under the configuration's lock: a change made meanwhile elsewhere is kept, not undone.
+        version = self.engine.edit_config(
+            lambda document: merged(document, owned, partition=selection.partition)
+        )
         return SyncResult(
             version=version,
             changed=version != before,
