@@ -143,8 +143,8 @@ def payer(review: Review, pod: Mapping[str, Any], trusted: Collection[str]) -> t
         return review.username, review.groups
     if review.username not in trusted:
         raise UntrustedUserInfo(review.username, review.groups)
-    request = pods.parse_pod(pod)
-    if request.user is None:  # parse_pod refuses a malformed annotation; this is belt and braces
+    request = pods.parse_pod(pod)  # raises InvalidRequest for a malformed annotation
+    if request.user is None:  # not reached: parse_pod read the annotation found above
         raise InvalidRequest(f"{pods.USER_INFO} names no user", field=pods.USER_INFO)
     return request.user, request.groups
 
