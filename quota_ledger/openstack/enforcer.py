@@ -242,7 +242,20 @@ class Enforcer:
             )
         except OverQuota as refused:
             raise ProjectOverLimit(project_id, _over_limit_info(refused, units, deltas)) from refused
-        return Claim(engine, reservation, project_id, dict(deltas))
+        held = Claim(engine, reservation, project_id, dict(deltas))
+        if any(warning.startswith(f"`{scopes[0].queue}` ") for warning in reservation.warnings):
+            # The project's queue was gone (a sync that read Keystone before the project existed
+            # replaced the owned queues), so no limit of it decided: put it back, then check
+            # again with this claim counted, as a service's recheck does.
+            self._placed.forget(project.id)
+            self._placed.place(engine, limits, self.selection, project)
+            usage = self._ledger_usage(scopes, units)
+            if limit_view.over_limits(scopes, usage, dict.fromkeys(deltas, 0)):
+                held.rollback()
+                raise ProjectOverLimit(
+                    project_id, limit_view.over_limits(scopes, self._ledger_usage(scopes, units), deltas)
+                )
+        return held
 
     def release(self, project_id: str, deltas: dict[str, int], *, key: str | None = None) -> None:
         """Count ``deltas`` of the project's resources as gone (a deleted server, a detached

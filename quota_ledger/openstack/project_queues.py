@@ -120,6 +120,11 @@ class Placed:
         self._written: dict[str, str] = {}
         self._lock = threading.Lock()
 
+    def forget(self, project_id: str) -> None:
+        """Write ``project_id``'s queues again next time (they were found missing)."""
+        with self._lock:
+            self._written.pop(project_id, None)
+
     def place(
         self, engine: QuotaEngine, limits: KeystoneLimits, selection: Selection, project: Project
     ) -> None:

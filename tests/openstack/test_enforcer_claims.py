@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from oslo_limit import exception
@@ -229,3 +230,28 @@ def test_projects_met_by_two_enforcers_keep_each_others_queues(engine: QuotaEngi
     two.enforce("b", {"fpga": 1})
     one.enforce("c", {"fpga": 1})
     assert {"root.a", "root.b", "root.c"} <= set(engine.limits())
+
+
+def test_a_projects_queue_removed_behind_the_enforcer_is_put_back_and_its_limit_holds(
+    engine: QuotaEngine,
+) -> None:
+    enforcer = Enforcer(None, ledger=engine, limits=flat(fpga=5))
+    with enforcer.claim("p", {"fpga": 5}):
+        pass
+    enforcer.enforce("q", {"fpga": 0})
+
+    def without_p(document: dict[str, Any]) -> dict[str, Any]:
+        root = document["partitions"][0]["queues"][0]
+        root["queues"] = [queue for queue in root["queues"] if queue["name"] != "p"]
+        return document
+
+    engine.edit_config(without_p)  # as a sync that read Keystone before p existed
+    assert "root.p" not in engine.limits()
+    with pytest.raises(exception.ProjectOverLimit) as refused:
+        enforcer.reserve("p", {"fpga": 1})
+    assert infos(refused.value) == [("fpga", 5, 5, 1)]
+    assert engine.limits()["root.p"] == {"fpga": 5}
+    assert fpga(engine, "root.p") == (5, 0)
+    enforcer.release("p", {"fpga": 1})
+    with enforcer.claim("p", {"fpga": 1}):
+        pass
