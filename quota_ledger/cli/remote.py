@@ -326,6 +326,12 @@ def _error(response: httpx.Response) -> errors.QuotaLedgerError:
         ]
         refused.args = (message,)
         return refused
+    if code == "managed_queue":
+        managed = errors.ManagedQueue(
+            str(details.get("queue", "")), str(details.get("owned", "")), str(details.get("manager", ""))
+        )
+        managed.args = (message,)
+        return managed
     if code == "removes_all_limits":
         return errors.RemovesAllLimits(details.get("partitions", []))
     if code in ("unknown_resource", "unknown_queue"):
