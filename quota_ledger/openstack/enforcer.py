@@ -93,13 +93,18 @@ class Enforcer:
             raise ValueError("usage_callback must be a callable function.")
         if (usage_callback is None) == (ledger is None):
             raise ValueError(
-                "give a usage_callback (the service counts) or a ledger (the ledger counts), not both"
+                "give either a usage_callback (the service counts) or ledger= (the ledger counts)"
             )
         self._usage_callback = usage_callback
         self._known = KnownLimits(limits if limits is not None else OsloLimitSource(), cache=cache)
         self.selection = selection or Selection()
         self.ttl = ttl
         self._placed = Placed()
+        # The model is read first, as oslo.limit's enforcer reads it: an enforcer that cannot
+        # read its limits opens no engine.
+        self.model: EnforcementModel = self._known.registered().model
+        if usage_callback is not None and self.model is not EnforcementModel.FLAT:
+            raise ValueError("the strict_two_level model needs the ledger to count usage: pass ledger=")
         self._owns_engine = False
         self.engine: QuotaEngine | None = None
         if isinstance(ledger, QuotaEngine):
@@ -107,10 +112,11 @@ class Enforcer:
         elif ledger is not None:
             self.engine = QuotaEngine.from_url(ledger)
             self._owns_engine = True
-            self.engine.migrate()
-        self.model: EnforcementModel = self._known.registered().model
-        if usage_callback is not None and self.model is not EnforcementModel.FLAT:
-            raise ValueError("the strict_two_level model needs the ledger to count usage: pass ledger=")
+            try:
+                self.engine.migrate()
+            except BaseException:
+                self.engine.close()
+                raise
 
     def close(self) -> None:
         """Close the engine this enforcer opened from a URL (an engine given stays open)."""
