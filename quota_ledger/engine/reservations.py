@@ -17,7 +17,7 @@ from quota_ledger.ledger import group_commit, reads, release, reserve, reserve_s
 from quota_ledger.ledger.reserve import Request as ReserveRequest
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest, ReservationNotFound, ReservationStateError
-from quota_ledger.model.values import Reservation, ReservationState, Violation
+from quota_ledger.model.values import Charged, PodCharge, Reservation, ReservationState, Violation
 
 #: what :func:`recharge_key` appends to a pod's uid (a uid never holds a space)
 RECHARGED = " charged"
@@ -198,11 +198,9 @@ class Reservations(EngineBase):
 
         return self.driver.run(work, timeout=timeout, rollback=dry_run)
 
-    def charge_pod(
-        self, pod: Any, *, partition: str = DEFAULT_PARTITION
-    ) -> tuple[Reservation, list[Violation]]:
+    def charge_pod(self, pod: Any, *, partition: str = DEFAULT_PARTITION) -> PodCharge:
         """Charge a Pod the cluster already runs (it was stored, so it counts), over a limit if
-        need be; the committed reservation, and the limits it is over (empty when it fits).
+        need be: its committed reservation, how it was charged, and the limits it went over.
 
         Its pending reservation (keyed by ``metadata.uid``, from :meth:`admit_pod` or
         :meth:`reserve_pod`) is committed. A pod without one, or whose reservation ended
@@ -222,7 +220,7 @@ class Reservations(EngineBase):
         def commit(tx: LedgerTx, reservation_id: str) -> tuple[Reservation, bool]:
             return resolve.commit_general(tx, self.rules, reservation_id, None, operation_id)
 
-        def work(tx: LedgerTx) -> tuple[Reservation, list[Violation]]:
+        def work(tx: LedgerTx) -> PodCharge:
             key = uid
             for key in (uid, recharge_key(uid)):
                 found = tx.find_reservation_by_key(partition, key)
@@ -232,9 +230,9 @@ class Reservations(EngineBase):
                 if current.state is ReservationState.PENDING:
                     current, expired = commit(tx, current.id)
                     if not expired:
-                        return current, []
+                        return PodCharge(reservation=current, how=Charged.COMMITTED)
                 elif current.state is ReservationState.COMMITTED:
-                    return current, []
+                    return PodCharge(reservation=current, how=Charged.ALREADY)
             else:  # both keys used: the second is committed when made, so this is not reached
                 raise ReservationStateError(current.id, current.state, "charge")
             queue = tx.namespace_queue(partition, request.namespace) or f"root.{request.namespace}"
@@ -242,7 +240,9 @@ class Reservations(EngineBase):
             made = reserve.general(
                 tx, self.rules, self.bounds, self._pod_request(request, partition, queue, None, key), overruns
             )
-            return commit(tx, made.id)[0], overruns
+            return PodCharge(
+                reservation=commit(tx, made.id)[0], how=Charged.CHARGED, overruns=tuple(overruns)
+            )
 
         return self.driver.run(work)
 

@@ -102,6 +102,27 @@ class Violation:
         )
 
 
+class Charged(enum.StrEnum):
+    """How :meth:`QuotaEngine.charge_pod` charged a pod."""
+
+    #: its pending reservation (the admission webhook's) was committed
+    COMMITTED = "committed"
+    #: the ledger held nothing for it: reserved and committed at once, limits not checked
+    CHARGED = "charged"
+    #: it was charged before: nothing changed
+    ALREADY = "already"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PodCharge:
+    """What :meth:`QuotaEngine.charge_pod` did: the pod's committed reservation, how, and the
+    limits it went over (only when :attr:`how` is ``CHARGED``)."""
+
+    reservation: Reservation
+    how: Charged
+    overruns: tuple[Violation, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Drift:
     """A usage counter that disagrees with what the ledger's history says it should be, or

@@ -10,6 +10,7 @@ import pytest
 
 from quota_ledger import OverQuota, QuotaEngine, ReservationState
 from quota_ledger.engine.reservations import recharge_key
+from quota_ledger.model.values import Charged
 
 
 def _pod(uid: str, cpu: str = "500m", namespace: str = "team") -> dict[str, Any]:
@@ -34,10 +35,11 @@ def _two_pods_quota(ledger: QuotaEngine) -> None:
 
 def test_charging_commits_the_pending_reservation_of_an_admitted_pod(ledger: QuotaEngine) -> None:
     admitted = ledger.admit_pod(_pod("a"), user="sue", ttl=120)
-    charged, overruns = ledger.charge_pod(_pod("a"))
-    assert (charged.id, charged.state, overruns) == (admitted.id, ReservationState.COMMITTED, [])
-    again, overruns = ledger.charge_pod(_pod("a"))
-    assert (again.id, again.state, overruns) == (admitted.id, ReservationState.COMMITTED, [])
+    first = ledger.charge_pod(_pod("a"))
+    assert (first.reservation.id, first.reservation.state) == (admitted.id, ReservationState.COMMITTED)
+    assert (first.how, first.overruns) == (Charged.COMMITTED, ())
+    again = ledger.charge_pod(_pod("a"))
+    assert (again.reservation.id, again.how, again.overruns) == (admitted.id, Charged.ALREADY, ())
     assert ledger.usage("root.team")["vcore"].in_use == 500
     assert ledger.audit() == []
 
@@ -47,23 +49,25 @@ def test_an_unknown_pod_over_a_quota_is_charged_and_its_overrun_reported(ledger:
     ledger.charge_pod(_pod("a", cpu="600m"))
     with pytest.raises(OverQuota):
         ledger.reserve_pod(_pod("b", cpu="600m"))
-    charged, overruns = ledger.charge_pod(_pod("b", cpu="600m"))
-    assert charged.state is ReservationState.COMMITTED
-    assert [(v.scope, v.resource, v.limit, v.in_use, v.requested) for v in overruns] == [
+    charged = ledger.charge_pod(_pod("b", cpu="600m"))
+    assert (charged.reservation.state, charged.how) == (ReservationState.COMMITTED, Charged.CHARGED)
+    assert [(v.scope, v.resource, v.limit, v.in_use, v.requested) for v in charged.overruns] == [
         ("team/compute", "requests.cpu", 1000, 600, 600)
     ]
     assert ledger.resource_quota_status("team", "compute")["used"] == {"pods": "2", "requests.cpu": "1200m"}
-    assert ledger.charge_pod(_pod("b", cpu="600m"))[1] == []  # once
+    assert ledger.charge_pod(_pod("b", cpu="600m")).how is Charged.ALREADY  # once
     assert ledger.audit() == []
 
 
 def test_a_pod_whose_reservation_expired_is_charged_under_a_second_key(ledger: QuotaEngine) -> None:
     first = ledger.admit_pod(_pod("late"), user="sue", ttl=0.001)
-    charged, _ = ledger.charge_pod(_pod("late"))
+    charge = ledger.charge_pod(_pod("late"))
+    assert charge.how is Charged.CHARGED
+    charged = charge.reservation
     assert charged.id != first.id
     assert (charged.key, charged.state) == (recharge_key("late"), ReservationState.COMMITTED)
     assert ledger.get(first.id).state is ReservationState.EXPIRED
-    assert ledger.charge_pod(_pod("late"))[0].id == charged.id
+    assert ledger.charge_pod(_pod("late")).reservation.id == charged.id
     assert ledger.held_keys() == {recharge_key("late"): (charged.id, ReservationState.COMMITTED)}
     ledger.release_reservation(charged.id)
     assert ledger.held_keys() == {}
@@ -73,8 +77,8 @@ def test_a_pod_whose_reservation_expired_is_charged_under_a_second_key(ledger: Q
 
 def test_held_keys_lists_pending_and_committed_unreleased_reservations(ledger: QuotaEngine) -> None:
     pending = ledger.admit_pod(_pod("p"), user="sue", ttl=120)
-    committed, _ = ledger.charge_pod(_pod("c"))
-    released, _ = ledger.charge_pod(_pod("r"))
+    committed = ledger.charge_pod(_pod("c")).reservation
+    released = ledger.charge_pod(_pod("r")).reservation
     ledger.release_reservation(released.id)
     ledger.reserve("root.team", {"vcore": "1"})  # no key
     assert ledger.held_keys() == {
