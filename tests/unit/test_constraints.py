@@ -13,7 +13,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the extras CI installs with -c constraints.txt
-CI_EXTRAS = ("test", "docs", "release", "openstack")
+CI_EXTRAS = ("test", "docs", "release", "openstack", "kubernetes")
 
 
 def _pins() -> dict[str, Version]:

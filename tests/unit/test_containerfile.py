@@ -96,8 +96,10 @@ def test_it_installs_the_package_with_the_runtime_dependencies_pinned_by_constra
     for command in installs:
         words = shlex.split(command)
         assert words[words.index("-c") + 1] == "constraints.txt"
-        assert words[-1] == ".", "the project itself, with no extra"
-        assert not any("[" in word for word in words), "an extra would bring test or docs packages in"
+        # the project itself, with the reconciler's client (the kubernetes extra) and no other
+        # extra, which would bring test or docs packages in
+        assert words[-1] == ".[kubernetes]"
+        assert not any("[" in word for word in words[:-1])
     assert "constraints.txt" in " ".join(_all("COPY", _stages()[0]))
 
 
