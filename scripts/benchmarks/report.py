@@ -10,7 +10,18 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, set_limits, sweep, throughput
+from benchmarks.cases import (
+    cli,
+    cold,
+    group_commit,
+    hierarchy,
+    hot,
+    http,
+    kube,
+    set_limits,
+    sweep,
+    throughput,
+)
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
 from benchmarks.settings import IMPLEMENTATIONS, Config
@@ -60,6 +71,8 @@ def markdown(
         lines += hot_section(meta["hot"])
     if meta.get("set_limits") is not None:
         lines += set_limits_section(meta["set_limits"])
+    if meta.get("cli") is not None:
+        lines += cli.section(meta["cli"])
     return "\n".join(lines).lstrip("\n")
 
 

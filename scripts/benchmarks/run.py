@@ -16,7 +16,18 @@ import psycopg
 import sqlalchemy
 
 from benchmarks import report
-from benchmarks.cases import cold, group_commit, hierarchy, hot, http, kube, set_limits, sweep, throughput
+from benchmarks.cases import (
+    cli,
+    cold,
+    group_commit,
+    hierarchy,
+    hot,
+    http,
+    kube,
+    set_limits,
+    sweep,
+    throughput,
+)
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
 
@@ -60,6 +71,7 @@ def bench(cfg: Config) -> int:
         "hot": lambda: hot.run(cfg),
         "group-commit": lambda: group_commit.run(cfg, meta.get("hot")),
         "set-limits": lambda: set_limits.run(cfg, cfg.set_limits_sequence),
+        "cli": lambda: cli.run(cfg),
     }
     for case, run_case in side_cases.items():
         if cfg.runs(case):

@@ -20,7 +20,18 @@ SCRIPT = REPO / "scripts" / "bench"
 IMPLEMENTATIONS = ("library", "psycopg", "pgbench")
 #: the cases, in the order a run takes them (``group-commit`` reads ``hot``'s PostgreSQL rounds),
 #: and those a run takes when ``--cases`` does not say
-CASES = ("throughput", "sweep", "hierarchy", "kube", "http", "cold", "hot", "group-commit", "set-limits")
+CASES = (
+    "throughput",
+    "sweep",
+    "hierarchy",
+    "kube",
+    "http",
+    "cold",
+    "hot",
+    "group-commit",
+    "set-limits",
+    "cli",
+)
 DEFAULT_CASES = ("throughput", "sweep", "hierarchy", "kube", "hot")
 #: the cases that run pgbench (unless ``--only`` leaves it out)
 PGBENCH_CASES = ("throughput", "hot")
@@ -73,9 +84,9 @@ class Config:
         return case in self.cases
 
 
-def select_cases(cases: str, skip: str, http: bool) -> list[str]:
-    """The cases ``--cases``, ``--skip`` and ``--http`` select, in the order a run takes them;
-    ``ValueError`` naming what is not a case."""
+def select_cases(cases: str, skip: str, http: bool, cli: bool = False) -> list[str]:
+    """The cases ``--cases``, ``--skip``, ``--http`` and ``--cli`` select, in the order a run takes
+    them; ``ValueError`` naming what is not a case."""
 
     def names(text: str) -> set[str]:
         return {part.strip() for part in text.split(",") if part.strip()}
@@ -88,6 +99,8 @@ def select_cases(cases: str, skip: str, http: bool) -> list[str]:
         raise ValueError(", ".join(unknown))
     if http:
         chosen.add("http")
+    if cli:
+        chosen.add("cli")
     return [case for case in CASES if case in chosen - skipped]
 
 
@@ -143,6 +156,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
     )
     parser.add_argument("--skip", default="", help="comma-separated cases to leave out of --cases")
     parser.add_argument("--http", action="store_true", help="add the http case to --cases")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="add the cli case to --cases: the command's start-up (--cases cli: that alone, no server)",
+    )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
     parser.add_argument(
         "--cold-batching", action="store_true", help="the cold case's engine runs with batching=True"
@@ -183,7 +201,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         return args, None
 
     try:
-        cases = select_cases(args.cases, args.skip, args.http)
+        cases = select_cases(args.cases, args.skip, args.http, args.cli)
     except ValueError as error:
         parser.error(f"--cases and --skip take names of {','.join(CASES)} (or default, all), not {error}")
     if not cases:
