@@ -1,6 +1,6 @@
 """What the ledger's enforcer does beyond oslo.limit: claims (commit on leaving the block,
 rollback on an exception, expiry after a crash, retries by key, releases), the
-strict_two_level model, Keystone's units, and concurrent claims at a limit on every backend."""
+strict_two_level model, Keystone's units, and concurrent claims at a limit on every decision path."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from oslo_limit import exception
-from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.openstack import Enforcer
@@ -197,30 +196,29 @@ def test_keystone_units_are_kept_and_the_ledger_counts_its_own() -> None:
         assert enforcer.calculate_usage("p", ["class:MEMORY_MB"])["class:MEMORY_MB"] == (2048, 1024)
 
 
-def test_claims_at_a_limit_admit_exactly_the_limit(db_url: URL) -> None:
-    with QuotaEngine.from_url(db_url, pool_size=24) as engine:
-        enforcer = Enforcer(None, ledger=engine, limits=flat(fpga=5))
-        enforcer.enforce("p", {"fpga": 0})  # the project's queue, before the threads race
-        admitted: list[int] = []
-        refused: list[int] = []
-        start = threading.Barrier(16)
+def test_claims_at_a_limit_admit_exactly_the_limit(path_ledger: QuotaEngine) -> None:
+    enforcer = Enforcer(None, ledger=path_ledger, limits=flat(fpga=5))
+    enforcer.enforce("p", {"fpga": 0})  # the project's queue, before the threads race
+    admitted: list[int] = []
+    refused: list[int] = []
+    start = threading.Barrier(16)
 
-        def request(number: int) -> None:
-            start.wait()
-            try:
-                with enforcer.claim("p", {"fpga": 1}, key=f"request-{number}"):
-                    time.sleep(0.02)
-                    admitted.append(number)
-            except exception.ProjectOverLimit:
-                refused.append(number)
+    def request(number: int) -> None:
+        start.wait()
+        try:
+            with enforcer.claim("p", {"fpga": 1}, key=f"request-{number}"):
+                time.sleep(0.02)
+                admitted.append(number)
+        except exception.ProjectOverLimit:
+            refused.append(number)
 
-        threads = [threading.Thread(target=request, args=(n,)) for n in range(16)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert (len(admitted), len(refused)) == (5, 11)
-        assert fpga(engine, "root.p") == (5, 0)
+    threads = [threading.Thread(target=request, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(admitted), len(refused)) == (5, 11)
+    assert fpga(path_ledger, "root.p") == (5, 0)
 
 
 def test_projects_met_by_two_enforcers_keep_each_others_queues(engine: QuotaEngine) -> None:
