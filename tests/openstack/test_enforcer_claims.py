@@ -221,6 +221,34 @@ def test_claims_at_a_limit_admit_exactly_the_limit(path_ledger: QuotaEngine) -> 
     assert fpga(path_ledger, "root.p") == (5, 0)
 
 
+def test_claims_of_a_domains_projects_at_once_admit_exactly_the_domains_limit(
+    path_ledger: QuotaEngine,
+) -> None:
+    enforcer = Enforcer(None, ledger=path_ledger, limits=STRICT)
+    for project in ("alpha", "beta"):
+        enforcer.enforce(project, {"fpga": 0})
+    admitted: list[str] = []
+    start = threading.Barrier(24)
+
+    def request(number: int) -> None:
+        project = ("alpha", "beta")[number % 2]
+        start.wait()
+        try:
+            with enforcer.claim(project, {"fpga": 1}, key=f"request-{number}"):
+                admitted.append(project)
+        except exception.ProjectOverLimit:
+            pass
+
+    threads = [threading.Thread(target=request, args=(n,)) for n in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(admitted) == 10
+    assert max(admitted.count("alpha"), admitted.count("beta")) <= 8
+    assert fpga(path_ledger, "root.d1") == (10, 0)
+
+
 def test_projects_met_by_two_enforcers_keep_each_others_queues(engine: QuotaEngine) -> None:
     one = Enforcer(None, ledger=engine, limits=flat(fpga=5))
     two = Enforcer(None, ledger=engine, limits=flat(fpga=5))
