@@ -16,6 +16,8 @@ from oslo_limit import exception, fixture, limit
 
 from quota_ledger import QuotaEngine
 from quota_ledger.openstack import Enforcer
+from quota_ledger.openstack.sources import OsloLimitSource
+from quota_ledger.openstack.sync import KeystoneSync
 
 # LimitFixture's fake Keystone objects use an openstacksdk call deprecated for removal
 pytestmark = pytest.mark.filterwarnings("ignore:The _compute_attributes method is deprecated")
@@ -189,3 +191,12 @@ def test_the_limits_read_through_the_fixture_become_the_projects_queues(engine: 
     assert limits["root.project2"]["widgets"] == 10
     assert "sprockets" not in limits["root.project3"]
     assert limits["root.project3"]["nothing"] == 2
+
+
+def test_the_keystone_sync_reads_through_oslo_limit_too(engine: QuotaEngine) -> None:
+    result = KeystoneSync(engine, OsloLimitSource()).sync_once()
+    assert result.queues == ("root.project2", "root.project3")
+    limits = engine.limits()
+    assert (limits["root.project2"]["widgets"], limits["root.project2"]["sprockets"]) == (10, 50)
+    assert "gadgets" not in limits["root.project2"]
+    assert (limits["root.project3"]["widgets"], limits["root.project3"]["nothing"]) == (100, 2)
