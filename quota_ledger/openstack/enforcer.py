@@ -146,12 +146,14 @@ class Enforcer:
     def calculate_usage(
         self, project_id: str | None, resources_to_check: Collection[str]
     ) -> dict[str, ProjectUsage]:
-        """``{name: ProjectUsage(limit, usage)}`` of the project (its own queue)."""
+        """``{name: ProjectUsage(limit, usage)}``: the limit as :meth:`get_project_limits`
+        answers it, and the usage of the project (its own queue)."""
         _check_project(project_id)
         names = _check_names(resources_to_check)
         scopes, usage = self._read(project_id, names)
-        own = scopes[0]
-        return {name: ProjectUsage(own.limits[name], usage[own.queue].get(name, 0)) for name in names}
+        limits = dict(self.get_project_limits(project_id, names))
+        own = usage[scopes[0].queue]
+        return {name: ProjectUsage(limits[name], own.get(name, 0)) for name in names}
 
     def get_registered_limits(self, resources_to_check: Collection[str] | None) -> list[tuple[str, int]]:
         """``[(name, default)]``, 0 for a name nothing registers; every registered one for None."""

@@ -162,6 +162,7 @@ def test_strict_two_level_the_project_limit_then_the_domain_limit(engine: QuotaE
     assert infos(refused.value) == [("fpga", 8, 0, 9), ("fpga", 10, 3, 9)]
     assert enforcer.calculate_usage("alpha", ["fpga"])["fpga"] == (8, 0)
     assert enforcer.get_project_limits("big", ["fpga"]) == [("fpga", 20)]
+    assert enforcer.calculate_usage("big", ["fpga"])["fpga"] == (20, 0)
     # a project's limit above its domain's is capped by it in the ledger
     enforcer.enforce("big", {"fpga": 0})
     assert engine.limits()["root.d1.big"]["fpga"] == 10
