@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from benchmarks.cases import (
+    admission,
     cli,
     cold,
     group_commit,
@@ -63,6 +64,8 @@ def markdown(
         lines += kube_section(meta["kube"])
     if meta.get("http") is not None:
         lines += http_section(meta["http"])
+    if meta.get("admission") is not None:
+        lines += admission.section(meta["admission"])
     if meta.get("cold") is not None:
         lines += cold_section(cfg, meta["cold"])
     if meta.get("group_commit") is not None:

@@ -17,6 +17,7 @@ import sqlalchemy
 
 from benchmarks import report
 from benchmarks.cases import (
+    admission,
     cli,
     cold,
     group_commit,
@@ -67,6 +68,7 @@ def bench(cfg: Config) -> int:
         "hierarchy": lambda: hierarchy.run(cfg),
         "kube": lambda: kube.run(cfg),
         "http": lambda: http.run(cfg),
+        "admission": lambda: admission.run(cfg),
         "cold": lambda: cold.run(cfg),
         "hot": lambda: hot.run(cfg),
         "group-commit": lambda: group_commit.run(cfg, meta.get("hot")),
@@ -87,6 +89,8 @@ def bench(cfg: Config) -> int:
         and not meta.get("hierarchy", {}).get("audit")
         and not meta.get("kube", {}).get("audit")
         and not meta.get("http", {}).get("audit")
+        and not meta.get("admission", {}).get("audit")
+        and not meta.get("admission", {}).get("problems")
         and not any(b["audit"] for b in meta.get("cold", {}).get("backends", {}).values())
         and not any(each["audit"] for each in meta.get("group_commit", []))
         and not meta.get("hot", {}).get("audit")

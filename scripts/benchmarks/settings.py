@@ -26,6 +26,7 @@ CASES = (
     "hierarchy",
     "kube",
     "http",
+    "admission",
     "cold",
     "hot",
     "group-commit",
@@ -75,7 +76,8 @@ class Config:
 
     @property
     def side_threads(self) -> int:
-        """Threads of the side-by-side cases (hierarchy, pods, HTTP clients)."""
+        """Threads of the side-by-side cases (hierarchy, pods, HTTP clients; the admission case
+        has clients of its own)."""
         return 16 if not self.quick else 4
 
     def runs(self, case: str) -> bool:
@@ -84,9 +86,9 @@ class Config:
         return case in self.cases
 
 
-def select_cases(cases: str, skip: str, http: bool, cli: bool = False) -> list[str]:
-    """The cases ``--cases``, ``--skip``, ``--http`` and ``--cli`` select, in the order a run takes
-    them; ``ValueError`` naming what is not a case."""
+def select_cases(cases: str, skip: str, http: bool, cli: bool = False, admission: bool = False) -> list[str]:
+    """The cases ``--cases``, ``--skip``, ``--http``, ``--cli`` and ``--admission`` select, in the
+    order a run takes them; ``ValueError`` naming what is not a case."""
 
     def names(text: str) -> set[str]:
         return {part.strip() for part in text.split(",") if part.strip()}
@@ -101,6 +103,8 @@ def select_cases(cases: str, skip: str, http: bool, cli: bool = False) -> list[s
         chosen.add("http")
     if cli:
         chosen.add("cli")
+    if admission:
+        chosen.add("admission")
     return [case for case in CASES if case in chosen - skipped]
 
 
@@ -161,6 +165,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         action="store_true",
         help="add the cli case to --cases: the command's start-up (--cases cli: that alone, no server)",
     )
+    parser.add_argument(
+        "--admission",
+        action="store_true",
+        help="add the admission case to --cases: the admission webhook's reviews/s and latency",
+    )
     parser.add_argument("--http-workers", type=int, default=2, help="service worker processes (default 2)")
     parser.add_argument(
         "--cold-batching", action="store_true", help="the cold case's engine runs with batching=True"
@@ -201,7 +210,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Config | None]:
         return args, None
 
     try:
-        cases = select_cases(args.cases, args.skip, args.http, args.cli)
+        cases = select_cases(args.cases, args.skip, args.http, args.cli, args.admission)
     except ValueError as error:
         parser.error(f"--cases and --skip take names of {','.join(CASES)} (or default, all), not {error}")
     if not cases:
