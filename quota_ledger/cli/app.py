@@ -40,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, default in parser.GLOBAL_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, default)
+    if getattr(args, "standalone", False):  # it works from its arguments alone: no settings, no ledger
+        standalone: Callable[[argparse.Namespace], int] = args.handler
+        return standalone(args)
     if not hasattr(args, "handler"):
         command_line.print_help()
         return EXIT_USAGE

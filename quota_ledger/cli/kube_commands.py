@@ -1,14 +1,17 @@
 """The Kubernetes commands: ``namespace apply``, ``quota apply|delete|status``, ``admission
-apply`` and ``pod reserve|release``, each reading its manifest from a FILE (``-`` for stdin)."""
+apply`` and ``pod reserve|release``, each reading its manifest from a FILE (``-`` for stdin);
+and ``kube webhook-config``, which prints the webhook registration of an install in a cluster."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quota_ledger.cli import help_text, output
 from quota_ledger.cli.arguments import read_source
-from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, MEANINGS
+from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, EXIT_USAGE, MEANINGS
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
@@ -21,7 +24,7 @@ def _manifest(kind: str) -> str:
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:
-    """Add ``namespace``, ``quota``, ``admission`` and ``pod`` with their actions."""
+    """Add ``namespace``, ``quota``, ``admission``, ``pod`` and ``kube`` with their actions."""
     shared = [options.common, options.partition]
     namespace = help_text.add_group(sub, "namespace", help="Kubernetes namespaces on queues")
     p = help_text.add_command(
@@ -125,6 +128,58 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
     )
     p.add_argument("--finished", action="store_true", help="its application has finished")
     p.set_defaults(handler=_pod_release)
+    _register_kube(sub, options)
+
+
+def _register_kube(sub: Subcommands, options: SharedOptions) -> None:
+    kube = help_text.add_group(sub, "kube", help="running the ledger in a Kubernetes cluster")
+    p = help_text.add_command(
+        kube,
+        "webhook-config",
+        parents=[options.common],
+        help="print the ValidatingWebhookConfiguration of an install",
+        description="Print the registration of the admission webhook (POST /v1/admission/pods) for the "
+        "Service NAME in namespace NS, as YAML (JSON with --json): the document of "
+        "deploy/kubernetes/webhook/validating-webhook.yaml with the service, the namespace and the CA "
+        "bundle filled in. Pods in kube-system and in NS are left out. Needs no database.",
+        examples=[
+            "quota-ledger kube webhook-config --service ql --namespace ql --ca-bundle ca.pem > hook.yaml",
+            "quota-ledger kube webhook-config --service ql --namespace ql --ca-bundle ca.pem --json",
+        ],
+        exits={
+            EXIT_USAGE: "bad usage: a missing option, a name that is not a DNS label, a CA bundle "
+            "that cannot be read or holds no certificate"
+        },
+    )
+    p.add_argument("--service", required=True, metavar="NAME", help="the Service in front of the ledger")
+    p.add_argument("--namespace", required=True, metavar="NS", help="its namespace, left out of the webhook")
+    p.add_argument(
+        "--ca-bundle",
+        required=True,
+        metavar="FILE",
+        help="PEM CA certificate(s) the API server checks the service's certificate against",
+    )
+    p.add_argument(
+        "--failure-policy",
+        choices=["Fail", "Ignore"],
+        default="Fail",
+        help="when the ledger cannot answer: refuse the pod (Fail, the default) or admit it uncounted",
+    )
+    p.add_argument(
+        "--timeout-seconds",
+        type=int,
+        default=5,
+        metavar="S",
+        help="seconds the API server waits for an answer, 1 to 30 (default: 5)",
+    )
+    p.add_argument(
+        "--path",
+        default="/v1/admission/pods",
+        metavar="PATH",
+        help="the endpoint's path on the service (default: /v1/admission/pods)",
+    )
+    p.add_argument("--name", metavar="NAME", help="the configuration's name (default: the service's)")
+    p.set_defaults(handler=_webhook_config, standalone=True)
 
 
 def _namespace_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
@@ -165,3 +220,37 @@ def _pod_release(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
         read_source(args.file), partition=args.partition, key=args.key, finished=args.finished
     )
     return output.reservation(args, done)
+
+
+def _webhook_config(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from quota_ledger.kube import webhook
+    from quota_ledger.model.errors import InvalidRequest
+
+    try:
+        ca_bundle = Path(args.ca_bundle).read_bytes()
+    except OSError as error:
+        print(f"error: cannot read the CA bundle {args.ca_bundle}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    install = webhook.WebhookInstall(
+        service=args.service,
+        namespace=args.namespace,
+        ca_bundle=ca_bundle,
+        name=args.name,
+        failure_policy=args.failure_policy,
+        timeout_seconds=args.timeout_seconds,
+        path=args.path,
+    )
+    try:
+        document = webhook.configuration(install)
+    except InvalidRequest as error:
+        output.fail(args, error)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+    return 0

@@ -4,7 +4,9 @@ built from each command group's ``register``.
 A command's parser carries, as defaults, its ``handler`` (called with the engine, the parsed
 arguments and the settings; it returns the exit code) and two facts :mod:`quota_ledger.cli.app`
 acts on before calling it: ``local_only`` (it needs the database, not a service ``--url``) and
-``creates_ledger`` (it may create the database, so a missing SQLite file is not an error)."""
+``creates_ledger`` (it may create the database, so a missing SQLite file is not an error). A
+command that works from its arguments alone sets ``standalone``: its handler is called with the
+parsed arguments only, before any settings are read or any ledger is opened."""
 
 from __future__ import annotations
 

@@ -197,7 +197,9 @@ class Enforcer:
         ``ProjectOverLimit`` as :meth:`enforce` would. Leaving the block commits what is still
         held (the block may commit or roll back the :class:`Claim` itself); an exception in it
         rolls it back (and is raised again); if the process dies, the reservation expires after
-        ``ttl``. ``key`` (the request's id) makes a retry return the same claim."""
+        ``ttl``. ``key`` (the request's id) makes a retry return the same claim, in the state
+        it has reached (:attr:`Claim.state`: a retry of a request that finished finds it
+        committed or rolled back, and leaving the block then changes nothing)."""
         held = self.reserve(project_id, deltas, key=key, ttl=ttl)
         try:
             yield held
