@@ -14,6 +14,7 @@ against ``tls_client_ca`` (the API server's), which counts as the admission role
 # No ``from __future__ import annotations``: FastAPI reads the handler's annotations, which name
 # a dependency local to build().
 import json
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -23,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import errors, models
 from quota_ledger.http.auth import Authenticator
+from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import admission_review as reviews
 from quota_ledger.model.errors import (
     IdempotencyConflict,
@@ -69,7 +71,16 @@ def caller(auth: Authenticator) -> Any:
     return dependency
 
 
-def build(engine: QuotaEngine, auth: Authenticator, settings: Settings) -> APIRouter:
+def outcome(review: reviews.Review, answer: dict[str, Any]) -> str:
+    """What became of ``review``, answered ``answer``: one of the metrics' admission outcomes."""
+    if not review.pod_create:
+        return "not_pod_create"
+    if review.dry_run:
+        return "dry_run"
+    return "allowed" if answer["response"]["allowed"] else "refused"
+
+
+def build(engine: QuotaEngine, auth: Authenticator, settings: Settings, metrics: Metrics) -> APIRouter:
     router = APIRouter(prefix="/v1")
     allowed = Depends(caller(auth))
     trusted = settings.trusted_users
@@ -136,13 +147,19 @@ def build(engine: QuotaEngine, auth: Authenticator, settings: Settings) -> APIRo
         keyed by its ``metadata.uid``); ``dryRun`` decides without writing; every other review
         is allowed and changes nothing. ``timeout`` (the API server's, e.g. ``10s``) bounds
         the database time."""
+        started = time.perf_counter()
+        became = "error"  # unless an answer comes: a 400, a 500 or a 503
         try:
-            seconds = DEFAULT_TIMEOUT if timeout is None else reviews.duration(timeout)
-            review = reviews.parse(json.loads(await request.body()))
-        except (ValueError, InvalidRequest) as error:
-            message = str(error) if isinstance(error, InvalidRequest) else "the body is not JSON"
-            raise HTTPException(400, message) from error
-        answer = await run_in_threadpool(decide, review, seconds)
-        return errors.SafeJSONResponse(answer)
+            try:
+                seconds = DEFAULT_TIMEOUT if timeout is None else reviews.duration(timeout)
+                review = reviews.parse(json.loads(await request.body()))
+            except (ValueError, InvalidRequest) as error:
+                message = str(error) if isinstance(error, InvalidRequest) else "the body is not JSON"
+                raise HTTPException(400, message) from error
+            answer = await run_in_threadpool(decide, review, seconds)
+            became = outcome(review, answer)
+            return errors.SafeJSONResponse(answer)
+        finally:
+            metrics.review(became, started)
 
     return router

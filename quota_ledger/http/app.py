@@ -181,7 +181,7 @@ def create_app(engine: QuotaEngine, settings: Settings, *, sweep: bool = True) -
     app.include_router(routes.build(engine, auth, metrics))
     app.include_router(batch.build(auth, ledger_ops.LedgerOps(engine, metrics)))
     app.include_router(yunikorn.build(engine, auth))
-    app.include_router(admission.build(engine, auth, settings))
+    app.include_router(admission.build(engine, auth, settings, metrics))
     app.include_router(login.build(auth))
     app.include_router(ui.build(engine, auth))
     app.include_router(docs.build(app, auth))

@@ -22,6 +22,9 @@ from quota_ledger.model.errors import OverQuota, QuotaLedgerError
 from quota_ledger.service import overview, sweeper
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: what became of an admission review: a pod CREATE allowed or refused, a dry run (either, and
+#: nothing held), another review (allowed, never judged), or no answer but an HTTP error
+ADMISSION_OUTCOMES = ("allowed", "refused", "dry_run", "not_pod_create", "error")
 
 
 class LimitsSync(Protocol):
@@ -66,6 +69,22 @@ class Metrics:
         self.drift_fixed = Counter(
             "quota_ledger_audit_drift_fixed", "Drifted counters fixed", registry=self.registry
         )
+        self.admission_reviews = Counter(
+            "quota_ledger_admission_reviews",
+            "Admission webhook reviews by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.admission_latency = Histogram(
+            "quota_ledger_admission_seconds",
+            "Admission webhook latency by outcome, from the request's head to the answer",
+            ["outcome"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        for outcome in ADMISSION_OUTCOMES:  # every series from the start: a rate over 0, not absent
+            self.admission_reviews.labels(outcome)
+            self.admission_latency.labels(outcome)
         self.registry.register(http_errors.INTERNAL_ERRORS)
         self.registry.register(_LedgerCollector(engine))
         if sweep is not None:
@@ -102,6 +121,12 @@ class Metrics:
             outcome = "error"
         self.operations.labels(operation, outcome).inc()
         self.latency.labels(operation, outcome).observe(time.perf_counter() - started)
+
+    def review(self, outcome: str, started: float) -> None:
+        """Count one admission review begun at ``started`` (``time.perf_counter()``), one of
+        :data:`ADMISSION_OUTCOMES`, and its latency until now."""
+        self.admission_reviews.labels(outcome).inc()
+        self.admission_latency.labels(outcome).observe(time.perf_counter() - started)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

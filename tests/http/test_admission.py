@@ -7,6 +7,7 @@ issues the API server's client certificate.
 
 from __future__ import annotations
 
+import re
 import ssl
 import threading
 import time
@@ -399,3 +400,54 @@ def test_an_internal_error_answers_500_never_allowed(
         answer = http.post("/v1/admission/pods", json=review(pod()))
     assert answer.status_code == 500
     assert "response" not in answer.json()
+
+
+def admission_metrics(webhook: Webhook) -> dict[str, tuple[float, float]]:
+    """Each outcome's (reviews counted, latencies observed) in the service's /metrics."""
+    with webhook.client("admin") as http:
+        text = http.get("/metrics").text
+
+    def value(name: str, outcome: str) -> float:
+        found = re.search(rf'^{name}{{outcome="{outcome}"}} (\S+)$', text, re.MULTILINE)
+        assert found is not None, (name, outcome)
+        return float(found.group(1))
+
+    return {
+        outcome: (
+            value("quota_ledger_admission_reviews_total", outcome),
+            value("quota_ledger_admission_seconds_count", outcome),
+        )
+        for outcome in ("allowed", "refused", "dry_run", "not_pod_create", "error")
+    }
+
+
+def test_reviews_are_counted_by_outcome_with_their_latency(webhook: Webhook) -> None:
+    assert set(admission_metrics(webhook).values()) == {(0.0, 0.0)}  # every series, before any review
+    webhook.engine.set_limits(f"root.{NAMESPACE}", {"pods": 1})
+    manifest = pod()
+    assert webhook.admit(review(manifest))["allowed"] is True
+    assert webhook.admit(review(pod()))["allowed"] is False  # the second pod is over pods: 1
+    assert webhook.admit(review(pod(), dry_run=True))["allowed"] is False
+    assert webhook.admit(review(pod(), dry_run=True))["allowed"] is False
+    assert webhook.admit(review(manifest, operation="DELETE"))["allowed"] is True
+    with webhook.client() as http:
+        assert http.post("/v1/admission/pods", content=b"{not json").status_code == 400
+    assert admission_metrics(webhook) == {
+        "allowed": (1.0, 1.0),
+        "refused": (1.0, 1.0),
+        "dry_run": (2.0, 2.0),
+        "not_pod_create": (1.0, 1.0),
+        "error": (1.0, 1.0),
+    }
+
+
+def test_an_internal_error_is_counted_as_an_error(webhook: Webhook, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(webhook.engine, "admit_pod", broken)
+    with webhook.client() as http:
+        assert http.post("/v1/admission/pods", json=review(pod())).status_code == 500
+    counted = admission_metrics(webhook)
+    assert counted["error"] == (1.0, 1.0)
+    assert counted["allowed"] == counted["refused"] == (0.0, 0.0)
