@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from quota_ledger.cli import help_text, output
-from quota_ledger.cli.exit_codes import EXIT_USAGE
+from quota_ledger.cli.exit_codes import EXIT_ERROR, EXIT_USAGE
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
@@ -40,7 +40,10 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
             "quota-ledger --db postgresql://ledger@db.example/quota serve --host 0.0.0.0 --workers 4 "
             "--tls-certfile cert.pem --tls-keyfile key.pem",
         ],
-        exits={EXIT_USAGE: "bad usage, or --tls-certfile without --tls-keyfile, or --workers without --port"},
+        exits={
+            EXIT_ERROR: "an error, or QUOTA_LEDGER_TLS_CLIENT_CA without a TLS certificate and key",
+            EXIT_USAGE: "bad usage, or --tls-certfile without --tls-keyfile, or --workers without --port",
+        },
     )
     p.add_argument("--host", help="listen address (env QUOTA_LEDGER_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (env QUOTA_LEDGER_PORT, default 8080; 0 = any free port)")
@@ -149,6 +152,7 @@ def _serve(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
     if bool(settings.tls_certfile) != bool(settings.tls_keyfile):
         print("error: --tls-certfile and --tls-keyfile go together", file=sys.stderr)
         return 2
+    settings.check_serving()  # UnusableSetting: exit 1, as every ledger error
     access_log.configure(settings.access_log, verbose=bool(args.verbose))
     served = QuotaEngine.from_url(settings.db_urls, **settings.engine_options())
     if not args.no_migrate:

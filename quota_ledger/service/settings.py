@@ -9,7 +9,18 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.service import location
+
+
+class UnusableSetting(InvalidRequest):
+    """A setting is given that cannot take effect without another; the service did not start."""
+
+    def __init__(self, setting: str, needs: tuple[str, ...], message: str | None = None) -> None:
+        #: the setting given, and the settings it takes effect with
+        self.setting = setting
+        self.needs = needs
+        super().__init__(message, field=setting)
 
 
 class Settings(BaseSettings):
@@ -170,6 +181,20 @@ class Settings(BaseSettings):
     def read_db_urls(self) -> list[str]:
         """The URLs of :attr:`read_db` (none when unset)."""
         return location.split_urls(self.read_db or "")
+
+    def check_serving(self) -> None:
+        """Raise :class:`UnusableSetting` for a setting the service could not honour: a client CA
+        (:attr:`tls_client_ca`) without a certificate to serve TLS with, which would otherwise
+        be ignored, leaving the API server that presents a client certificate unauthenticated."""
+        if self.tls_client_ca and not (self.tls_certfile and self.tls_keyfile):
+            raise UnusableSetting(
+                "tls_client_ca",
+                ("tls_certfile", "tls_keyfile"),
+                "QUOTA_LEDGER_TLS_CLIENT_CA is set but the service would serve plain HTTP, where no "
+                "client presents a certificate: give a certificate and key (--tls-certfile and "
+                "--tls-keyfile, or QUOTA_LEDGER_TLS_CERTFILE and QUOTA_LEDGER_TLS_KEYFILE), or unset "
+                "QUOTA_LEDGER_TLS_CLIENT_CA",
+            )
 
     def engine_options(self) -> dict[str, Any]:
         """The keyword arguments of ``QuotaEngine.from_url`` that these settings give."""
