@@ -18,6 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from quota_ledger.reconciler.settings import ReconcilerSettings
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
 #: the oldest Kubernetes the manifests are checked against, and the newest schemas shipped
@@ -29,6 +31,8 @@ TEMPLATES = {"secret.example.yaml"}
 NAMESPACE = "quota-ledger"
 SERVICE_ACCOUNT = "quota-ledger"
 RECONCILER_ACCOUNT = "quota-ledger-reconciler"
+#: the Lease the reconciler's replicas elect a leader on (its --lease-name default)
+LEASE = "quota-ledger-reconciler"
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
@@ -360,10 +364,17 @@ def test_writing_quota_status_is_granted_only_by_its_own_component() -> None:
     assert "reconciler-write-status" not in str(_kustomization(DEPLOY / "reconciler"))
 
 
-def test_leases_are_granted_in_the_ledgers_namespace_only() -> None:
+def test_leases_are_granted_in_the_ledgers_namespace_only_and_kept_to_the_reconcilers() -> None:
     for doc in _of_kind("ClusterRole"):
         for rule in doc["rules"]:
             assert "leases" not in rule["resources"]
+    rules = [rule for doc in _of_kind("Role") for rule in doc["rules"] if "leases" in rule["resources"]]
+    for rule in rules:
+        # a create names no object yet; what exists is read and renewed by name only
+        assert rule.get("resourceNames") == (None if rule["verbs"] == ["create"] else [LEASE])
+    container = _named("Deployment", "quota-ledger-reconciler")["spec"]["template"]["spec"]["containers"][0]
+    assert "--lease-name" not in container["args"]  # the reconciler's default is the Lease above
+    assert ReconcilerSettings.model_fields["lease_name"].default == LEASE
 
 
 # --- Secrets -----------------------------------------------------------------------------------------
