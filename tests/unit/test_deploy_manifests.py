@@ -291,6 +291,17 @@ def test_the_reconciler_runs_two_replicas_of_kube_reconcile_as_its_own_account()
     env = {e["name"]: e.get("valueFrom", {}) for e in pod["containers"][0]["env"]}
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # its settings come from QUOTA_LEDGER_RECONCILE_* variables the reconciler knows
+    settings = {
+        e["name"] for e in pod["containers"][0]["env"] if e["name"].startswith("QUOTA_LEDGER_RECONCILE_")
+    }
+    known = {f"QUOTA_LEDGER_RECONCILE_{name.upper()}" for name in ReconcilerSettings.model_fields}
+    assert settings <= known
+    (port,) = pod["containers"][0]["ports"]
+    metrics_port = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}[
+        "QUOTA_LEDGER_RECONCILE_METRICS_PORT"
+    ]
+    assert port["containerPort"] == int(metrics_port)
 
 
 def test_every_namespaced_object_is_in_the_ledgers_namespace() -> None:
