@@ -145,7 +145,11 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
 
 
 def _limits_set(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
-    engine.set_limits(args.queue, resource_pairs(args.resources, allow_none=True), partition=args.partition)
+    made = engine.set_limits(
+        args.queue, resource_pairs(args.resources, allow_none=True), partition=args.partition
+    )
+    for warning in made.warnings:  # on stderr: --json output stays one document
+        print(f"warning: {warning}", file=sys.stderr)
     return _limits_show(engine, args, settings)
 
 

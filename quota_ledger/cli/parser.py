@@ -20,6 +20,7 @@ from quota_ledger.cli import (
     kube_commands,
     ledger_commands,
     openstack_commands,
+    reservation_commands,
     service_commands,
 )
 from quota_ledger.service import location
@@ -66,6 +67,7 @@ def build() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     admin_commands.register_schema(sub, options)
     ledger_commands.register(sub, options)
+    reservation_commands.register(sub, options)
     admin_commands.register_upkeep(sub, options)
     config_commands.register(sub, options)
     admin_commands.register_reports(sub, options)

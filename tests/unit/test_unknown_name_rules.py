@@ -88,3 +88,13 @@ def test_the_setting_survives_normalize_and_dump() -> None:
         "unknownnames"
         not in model.dump(model.normalize(model.load(CONFIG.format(setting=""))))["partitions"][0]
     )
+
+
+def test_the_errors_and_values_are_exported_from_the_package() -> None:
+    import quota_ledger
+
+    assert quota_ledger.UnknownResource is UnknownResource
+    assert quota_ledger.UnknownQueue is UnknownQueue
+    assert {"IdleCounter", "LimitsVersion", "UnknownQueue", "UnknownResource"} <= set(quota_ledger.__all__)
+    version = quota_ledger.LimitsVersion(3, ("w",))
+    assert (version, version + 1, version.warnings) == (3, 4, ("w",))
