@@ -120,7 +120,10 @@ def test_config_validate_get_and_limits(service: Service) -> None:
         )
         assert refused.status_code == 422
         assert refused.json()["error"]["code"] == "invalid_config"
-        assert admin.put("/v1/queues/root.x/limits", json={"resources": {"fpga": 3}}).json() == {"version": 1}
+        assert admin.put("/v1/queues/root.x/limits", json={"resources": {"fpga": 3}}).json() == {
+            "version": 1,
+            "warnings": [],
+        }
         config = admin.get("/v1/config").json()
         assert config["version"] == 1
         assert config["config"]["partitions"][0]["queues"][0]["queues"][0]["name"] == "x"
