@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -263,8 +264,24 @@ def test_the_command_syncs_from_a_clouds_yaml_cloud_without_showing_the_password
     done = _run([*command, "--cloud", "test", "--service", strict.service, "--json"], env)
     assert done.returncode == 0, done.stderr
     assert f"root.{domain}.{project}" in yaml.safe_load(done.stdout)["queues"]
-    again = _run([*command, "--cloud", "test", "--service", strict.service], env)
-    assert "unchanged" in again.stdout
+    looping = subprocess.Popen(
+        [*command, "--cloud", "test", "--service", strict.service, "--every", "0.2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = threading.Timer(60, looping.kill)  # a loop that prints nothing fails, not hangs
+    deadline.start()
+    try:
+        assert looping.stdout is not None
+        first, second = looping.stdout.readline(), looping.stdout.readline()
+        assert "unchanged" in first
+        assert "unchanged" in second
+    finally:
+        looping.send_signal(signal.SIGINT)
+        assert looping.wait(timeout=60) == 0
+        deadline.cancel()
     wrong = _run([*command, "--cloud", "nosuchcloud"], env)
     assert wrong.returncode == 1
     assert password not in wrong.stdout + wrong.stderr + done.stdout + done.stderr
