@@ -4,6 +4,7 @@ every N seconds. Needs the ``openstack`` extra; the OpenStack libraries load onl
 from __future__ import annotations
 
 import argparse
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,8 @@ def _sync(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> 
     from quota_ledger.openstack import keystone, sync
     from quota_ledger.openstack.limits import MissingRegistered
 
+    if not args.verbose:  # its discovery warnings repeat what the error says
+        logging.getLogger("keystoneauth").setLevel(logging.ERROR)
     reader = keystone.KeystoneReader(keystone.session_for(args.cloud))
     options = sync.SyncOptions(
         services=tuple(args.service),

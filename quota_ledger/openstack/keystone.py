@@ -62,11 +62,13 @@ def session_for(cloud: str | None = None) -> Any:
         from openstack import exceptions as sdk_exceptions
     except ImportError as exc:
         raise OpenStackNotInstalled() from exc
+    _, errors = _libraries()
     try:
         region = openstack.config.get_cloud_region(cloud=cloud)
         return region.get_session()
-    except sdk_exceptions.ConfigException as exc:
-        named = f"cloud {cloud!r}" if cloud else "the OS_* environment"
+    except (sdk_exceptions.ConfigException, errors.ClientException) as exc:
+        # the loader's and the auth plugin's words name what is missing, never a secret's value
+        named = f"cloud {cloud!r}" if cloud else "OS_CLOUD or the OS_* variables"
         raise KeystoneError(f"no usable OpenStack credentials in {named}: {exc}") from exc
 
 
