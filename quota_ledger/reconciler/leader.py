@@ -23,6 +23,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from quota_ledger.model.errors import InvalidRequest
+
 log = logging.getLogger("quota_ledger.reconciler")
 
 NOT_FOUND = 404
@@ -42,7 +44,9 @@ class LeaseConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
-            raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
+            raise InvalidRequest(
+                "leader election needs 0 < retry period < renew deadline < lease duration", field="lease"
+            )
 
 
 def _micro_time(moment: datetime) -> str:

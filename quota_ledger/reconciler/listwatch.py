@@ -5,7 +5,10 @@ List (in pages), hand the whole list to the handler, then watch from the list's
 quiet kind. A watch that ends (its ``timeoutSeconds``, a dropped connection, an error) is resumed
 from the last version seen; ``410 Gone`` (the version is older than the API server keeps) and a
 failed event (the ledger could not take it) are followed by a full relist, as is every
-``relist_every`` seconds. The handler's events are applied in the order the API server sent them.
+``relist_every`` seconds. A periodic relist, or one after a failed event, watches on from the
+version the watch had reached, so that the events in between are not skipped; after 410 Gone
+the watch starts from the list's version. The handler's events are applied in the order the API
+server sent them.
 """
 
 from __future__ import annotations
@@ -87,7 +90,13 @@ class ListWatch:
         while not stop.is_set():
             try:
                 if reason:
+                    # A relist that is not forced by 410 Gone keeps watching from where the watch
+                    # was: the events since then are replayed (charging and releasing are
+                    # idempotent), so a pod created and deleted in between is not missed.
+                    resume = self.resource_version if reason in ("periodic", "recovery") else None
                     self._relist(reason)
+                    if resume is not None:
+                        self.resource_version = resume
                     due = self.clock() + self.relist_every
                     reason = ""
                 remaining = due - self.clock()

@@ -57,12 +57,12 @@ class FakeApiServer:
         self.objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}
         #: (rv, kind, type, object) of every change sent to watchers
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []
-        #: watches from a version below this are 410 Gone
+        #: watches from a version below this are 410 Gone: the events after it are all kept
         self.oldest = 0
         self._drop = 0
         self.watches_served = 0
         self.requests: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -118,7 +118,7 @@ class FakeApiServer:
     def compact(self) -> None:
         """Forget the history: every watch resuming from an older version gets 410 Gone."""
         with self.lock:
-            self.oldest = self.rv + 1
+            self.oldest = self.rv  # the history after this version is kept (none yet)
             self.events.clear()
 
     def drop_watches(self) -> None:
@@ -136,6 +136,11 @@ class FakeApiServer:
             self.events.append((self.rv, kind, kind_of_event, copy.deepcopy(obj)))
         self.lock.notify_all()
         return copy.deepcopy(obj)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up (a watch stopped, a test ending) is not an error here
 
 
 def _key(obj: dict[str, Any]) -> str:
