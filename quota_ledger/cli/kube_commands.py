@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quota_ledger.cli import help_text, output
+from quota_ledger.cli import help_text, output, reconcile_command
 from quota_ledger.cli.arguments import read_source
 from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, EXIT_USAGE, MEANINGS
 
@@ -180,6 +180,7 @@ def _register_kube(sub: Subcommands, options: SharedOptions) -> None:
     )
     p.add_argument("--name", metavar="NAME", help="the configuration's name (default: the service's)")
     p.set_defaults(handler=_webhook_config, standalone=True)
+    reconcile_command.register(kube, options)
 
 
 def _namespace_apply(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
