@@ -112,7 +112,7 @@ def _kustomize_dirs() -> list[Path]:
 def test_a_kustomization_lists_every_manifest_of_its_directory_and_nothing_missing(directory: Path) -> None:
     kustomization = _kustomization(directory)
     listed = kustomization.get("resources", [])
-    for entry in listed:
+    for entry in [*listed, *kustomization.get("components", [])]:
         assert (directory / entry).exists(), f"{entry} is listed but missing"
     files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"} - TEMPLATES
     assert files == {entry for entry in listed if entry.endswith(".yaml")}
@@ -152,7 +152,7 @@ def _build(tmp_path: Path, components: list[str]) -> list[dict[str, Any]]:
 
 
 def test_the_base_with_every_component_builds_into_valid_objects(tmp_path: Path) -> None:
-    docs = _build(tmp_path, ["cert-manager", "reconciler", "reconciler-write-status"])
+    docs = _build(tmp_path, ["cert-manager", "reconciler-write-status"])
     kinds = sorted(doc["kind"] for doc in docs)
     assert kinds.count("Deployment") == 2
     assert "ValidatingWebhookConfiguration" in kinds
@@ -181,16 +181,24 @@ def test_the_base_with_every_component_builds_into_valid_objects(tmp_path: Path)
     }
 
 
-def test_the_base_alone_registers_no_webhook_and_runs_no_reconciler(tmp_path: Path) -> None:
+def test_the_base_runs_the_service_and_the_reconciler_and_registers_no_webhook(tmp_path: Path) -> None:
     docs = _build(tmp_path, [])
-    assert {doc["kind"] for doc in docs} == {
-        "Namespace",
-        "ServiceAccount",
-        "Job",
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-    }
+    assert sorted((doc["kind"], doc["metadata"]["name"]) for doc in docs) == sorted(
+        [
+            ("Namespace", NAMESPACE),
+            ("ServiceAccount", SERVICE_ACCOUNT),
+            ("Job", "quota-ledger-migrate"),
+            ("Deployment", "quota-ledger"),
+            ("Service", "quota-ledger"),
+            ("PodDisruptionBudget", "quota-ledger"),
+            ("ServiceAccount", RECONCILER_ACCOUNT),
+            ("ClusterRole", "quota-ledger-reconciler"),
+            ("ClusterRoleBinding", "quota-ledger-reconciler"),
+            ("Role", "quota-ledger-reconciler-leader-election"),
+            ("RoleBinding", "quota-ledger-reconciler-leader-election"),
+            ("Deployment", "quota-ledger-reconciler"),
+        ]
+    )
 
 
 # --- the workloads -------------------------------------------------------------------------------
@@ -372,7 +380,8 @@ def test_writing_quota_status_is_granted_only_by_its_own_component() -> None:
         and any("resourcequotas/status" in rule["resources"] for rule in doc["rules"])
     ]
     assert [path.parent.name for path, _ in status] == ["reconciler-write-status"]
-    assert "reconciler-write-status" not in str(_kustomization(DEPLOY / "reconciler"))
+    for directory in (DEPLOY, DEPLOY / "reconciler"):  # an option, never in the base
+        assert "reconciler-write-status" not in str(_kustomization(directory))
 
 
 def test_leases_are_granted_in_the_ledgers_namespace_only_and_kept_to_the_reconcilers() -> None:
