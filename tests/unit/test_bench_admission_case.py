@@ -38,20 +38,25 @@ def test_its_reviews_are_pod_creates_the_webhook_reads() -> None:
 
 def test_the_report_names_reviews_latency_and_the_checks() -> None:
     found = {"reviews_per_s": 200.0, "p50_ms": 150.0, "p99_ms": 900.0, "allowed": 9, "refused": 1}
+    one = {"reviews_per_s": 150.0, "p50_ms": 6.0, "p99_ms": 12.0, "allowed": 3, "refused": 0}
     result = {
         **found,
+        "by_clients": {"1": {**one, "rounds": [one, one]}, "50": {**found, "rounds": [found, found]}},
         "rounds": [found, found],
         "clients": 50,
         "workers": 2,
         "seconds": 10.0,
         "load_average": 1.5,
         "audit": [],
-        "pending": 9,
+        "pending": 15,
+        "allowed": 15,
+        "refused": 2,
         "problems": [],
     }
     text = "\n".join(admission.section(result))
-    assert "| 200 | 150.0 | 900.0 | 9 | 1 | 200, 200 |" in text
+    assert "| 1 | 150 | 6.0 | 12.0 | 150, 150 |" in text
+    assert "| 50 | 200 | 150.0 | 900.0 | 200, 200 |" in text
     assert "median of 2 rounds of 10 s (load average 1.5 at the start)" in text
-    assert "audit() clean; 9 allowed = 9 pending reservations" in text
-    result["problems"] = ["9 pods allowed, 8 pending reservations"]
-    assert "9 pods allowed, 8 pending reservations" in "\n".join(admission.section(result))
+    assert "audit() clean; 15 allowed = 15 pending reservations, 2 refused" in text
+    result["problems"] = ["15 pods allowed, 14 pending reservations"]
+    assert "15 pods allowed, 14 pending reservations" in "\n".join(admission.section(result))

@@ -1,6 +1,7 @@
 """The admission webhook: ``POST /v1/admission/pods`` through ``quota-ledger serve`` (uvicorn,
 ``--http-workers`` processes) from :data:`CLIENTS` concurrent keep-alive clients, each sending
-AdmissionReview CREATEs of distinct pods for a fixed time: reviews/s and latency p50/p99.
+AdmissionReview CREATEs of distinct pods for a fixed time: reviews/s and latency p50/p99. A full
+run also takes :data:`FEWER_CLIENTS`, to show where more concurrent reviews stop paying.
 
 Plain HTTP on loopback with an ``admission`` token: the API server would call over HTTPS, whose
 handshake a keep-alive connection pays once. Pods go to :data:`NAMESPACES` namespaces with a
@@ -27,6 +28,8 @@ from quota_ledger import QuotaEngine
 
 #: concurrent clients, as many API server requests in flight at once
 CLIENTS = 50
+#: the client counts a full run takes before :data:`CLIENTS`
+FEWER_CLIENTS = (1, 5)
 NAMESPACES = 10
 #: one review in REFUSED_EVERY (every client's REFUSED_EVERY-th) is of a pod over its quota
 REFUSED_EVERY = 10
@@ -86,8 +89,8 @@ def resource_quota(namespace: str) -> dict[str, Any]:
     }
 
 
-def reviews(base: str, token: str, warmup: float, seconds: float, seed: int) -> dict[str, Any]:
-    """Closed loop: :data:`CLIENTS` clients on one asyncio event loop, each on its own keep-alive
+def reviews(base: str, token: str, clients: int, warmup: float, seconds: float, seed: int) -> dict[str, Any]:
+    """Closed loop: ``clients`` clients on one asyncio event loop, each on its own keep-alive
     connection, one review after another; counts (warm-up included) and the measured window's
     latencies."""
     host, _, port = base.removeprefix("http://").partition(":")
@@ -124,7 +127,7 @@ def reviews(base: str, token: str, warmup: float, seconds: float, seed: int) -> 
             finally:
                 conn.close()
 
-        tasks = [asyncio.create_task(client(i)) for i in range(CLIENTS)]
+        tasks = [asyncio.create_task(client(i)) for i in range(clients)]
         await asyncio.sleep(warmup)
         counting = True
         started = time.perf_counter()
@@ -146,18 +149,17 @@ def reviews(base: str, token: str, warmup: float, seconds: float, seed: int) -> 
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Rounds of :data:`CLIENTS` clients sending reviews to the service, then the ledger's checks."""
-    if cfg.quick:
-        rounds, seconds = 1, cfg.seconds
-    else:
-        rounds, seconds = max(ROUNDS, cfg.repeat), max(ROUND_SECONDS, cfg.seconds)
+    """Rounds of each client count sending reviews to the service, then the ledger's checks."""
+    counts = (CLIENTS,) if cfg.quick else (*FEWER_CLIENTS, CLIENTS)
+    rounds = 1 if cfg.quick else max(ROUNDS, cfg.repeat)
+    seconds = cfg.seconds if cfg.quick else max(ROUND_SECONDS, cfg.seconds)
     result: dict[str, Any] = {
         "clients": CLIENTS,
         "workers": cfg.http_workers,
         "namespaces": NAMESPACES,
         "seconds": seconds,
         "load_average": os.getloadavg()[0],
-        "rounds": [],
+        "by_clients": {},
     }
     with fresh_database(cfg.server_url) as db_url:
         engine = QuotaEngine.from_url(db_url, pool_size=4)
@@ -170,21 +172,29 @@ def run(cfg: Config) -> dict[str, Any]:
             token = tokens.add(engine, "bench-admission", "admission")
             # A ttl longer than any run, and no sweeper: every admitted pod is still pending at the end.
             with service_process(db_url, cfg.http_workers, admission_ttl="86400") as base:
-                for round_ in range(rounds):
-                    found = reviews(base, token, cfg.warmup, seconds, round_)
-                    result["rounds"].append(found)
-                    log(
-                        f"admission: {CLIENTS} clients {found['reviews_per_s']:.1f} reviews/s, "
-                        f"p50 {found['p50_ms']:.1f} ms, p99 {found['p99_ms']:.1f} ms "
-                        f"({found['allowed']} allowed, {found['refused']} refused)"
-                    )
+                for clients in counts:
+                    every = []
+                    for round_ in range(rounds):
+                        found = reviews(base, token, clients, cfg.warmup, seconds, round_)
+                        every.append(found)
+                        log(
+                            f"admission: {clients} clients {found['reviews_per_s']:.1f} reviews/s, "
+                            f"p50 {found['p50_ms']:.1f} ms, p99 {found['p99_ms']:.1f} ms "
+                            f"({found['allowed']} allowed, {found['refused']} refused)"
+                        )
+                    medians = {
+                        name: median(f[name] for f in every) for name in ("reviews_per_s", "p50_ms", "p99_ms")
+                    }
+                    result["by_clients"][str(clients)] = {**medians, "rounds": every}
+            result["load_average_end"] = os.getloadavg()[0]
             result["audit"] = [str(d) for d in engine.audit()]
             result["pending"] = sum(count for _partition, count, _age in overview.pending_summary(engine))
         finally:
             engine.close()
-    every = result["rounds"]
-    for name in ("reviews_per_s", "p50_ms", "p99_ms"):
-        result[name] = median(found[name] for found in every)
+    main = result["by_clients"][str(CLIENTS)]
+    result.update({name: main[name] for name in ("reviews_per_s", "p50_ms", "p99_ms")})
+    result["rounds"] = main["rounds"]
+    every = [found for each in result["by_clients"].values() for found in each["rounds"]]
     for name in ("allowed", "refused", "refused_expected"):
         result[name] = sum(found[name] for found in every)
     problems = []
@@ -200,25 +210,28 @@ def run(cfg: Config) -> dict[str, Any]:
 
 
 def section(result: dict[str, Any]) -> list[str]:
-    """The report's table: reviews/s and latency (medians of the rounds), the counts, the checks."""
-    rounds = result["rounds"]
+    """The report's table: for each client count, reviews/s and latency (medians of the rounds);
+    then the counts of every round and the checks."""
+    by_clients = result["by_clients"]
+    rounds = len(result["rounds"])
+    taken = f"median of {rounds} rounds" if rounds > 1 else "1 round"
     checks = "; ".join(result["problems"]) or (
         f"{result['allowed']} allowed = {result['pending']} pending reservations, "
         f"{result['refused']} refused = pods over quota sent"
     )
     audit = "clean" if not result["audit"] else f"{len(result['audit'])} DRIFTS"
-    return [
+    lines = [
         "",
         f"### admission webhook: `POST /v1/admission/pods` through uvicorn ({result['workers']} worker "
-        f"processes), {result['clients']} clients, plain HTTP on loopback, "
-        f"{'median of ' + str(len(rounds)) + ' rounds' if len(rounds) > 1 else '1 round'} of "
-        f"{result['seconds']:g} s (load average {result['load_average']:.1f} at the start)",
+        f"processes), plain HTTP on loopback, {taken} of {result['seconds']:g} s "
+        f"(load average {result['load_average']:.1f} at the start)",
         "",
-        "| reviews/s | p50 ms | p99 ms | allowed | refused | every round, reviews/s |",
-        "|--:|--:|--:|--:|--:|---|",
-        f"| {result['reviews_per_s']:.0f} | {result['p50_ms']:.1f} | {result['p99_ms']:.1f} "
-        f"| {result['allowed']} | {result['refused']} "
-        f"| {', '.join(format(found['reviews_per_s'], '.0f') for found in rounds)} |",
-        "",
-        f"audit() {audit}; {checks}.",
+        "| clients | reviews/s | p50 ms | p99 ms | every round, reviews/s |",
+        "|--:|--:|--:|--:|---|",
     ]
+    for clients, found in by_clients.items():
+        every = ", ".join(format(each["reviews_per_s"], ".0f") for each in found["rounds"])
+        rate, p50, p99 = found["reviews_per_s"], found["p50_ms"], found["p99_ms"]
+        lines.append(f"| {clients} | {rate:.0f} | {p50:.1f} | {p99:.1f} | {every} |")
+    lines += ["", f"audit() {audit}; {checks}."]
+    return lines
