@@ -30,6 +30,8 @@ from typing import Any
 KEYSTONE_VERSION = "30.0.0"
 ADMIN_PASSWORD = "ledger-test-admin"  # a throwaway Keystone of the tests' own
 REGION = "RegionOne"
+#: seconds a failed build is believed before it is tried again
+FAILURE_SECONDS = 600
 #: changes when the template is made differently (the admin's password hash rounds, say)
 TEMPLATE_FORMAT = "2"
 
@@ -64,8 +66,16 @@ def keystone_venv() -> tuple[Path, float]:
     with (venv.parent / f"keystone-venv-{KEYSTONE_VERSION}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         started = time.monotonic()
+        failed = venv.parent / f"keystone-venv-{KEYSTONE_VERSION}.failed"
+        if failed.exists() and time.time() - failed.stat().st_mtime < FAILURE_SECONDS:
+            raise KeystoneUnavailable(failed.read_text())  # tried a moment ago: not once per worker
         if not (venv / ".ready").exists():
-            _build(venv)
+            try:
+                _build(venv)
+            except KeystoneUnavailable as exc:
+                failed.write_text(str(exc))
+                raise
+            failed.unlink(missing_ok=True)
         template = venv / "template"
         marker = template / ".ready"
         if not marker.exists() or marker.read_text() != TEMPLATE_FORMAT:
@@ -83,7 +93,8 @@ def _build(venv: Path) -> None:
     for step in ([sys.executable, "-m", "venv", str(venv)], [*pip, f"keystone=={KEYSTONE_VERSION}"]):
         done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
         if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+            said = (done.stderr or done.stdout).strip().splitlines()
+            tail = " ".join([line for line in said if not line.startswith("WARNING")][-3:])
             raise KeystoneUnavailable(f"cannot build the Keystone venv ({' '.join(step[:3])}): {tail}")
     (venv / ".ready").write_text(KEYSTONE_VERSION)
 
