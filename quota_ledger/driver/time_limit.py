@@ -17,7 +17,7 @@ from sqlalchemy import Connection, exc, text
 # bound on PostgreSQL: lock waits and statements of this transaction only (set_config(..., true)
 # is SET LOCAL); no lock.
 _PG_BOUND = text("SELECT set_config('lock_timeout', :ms, true), set_config('statement_timeout', :ms, true)")
-# bound on MariaDB: this session's statements (a lock wait included) end after :s seconds
+# bound on MariaDB: the connection's statements (a lock wait included) end after :s seconds
 # (fractions allowed) and a row lock wait after :whole; no lock.
 _MY_BOUND = text("SET SESSION max_statement_time = :s, innodb_lock_wait_timeout = :whole")
 # unbound on MariaDB: back to the engine's session defaults (dialect.build_engine); no lock.
