@@ -4,12 +4,15 @@ on a terminal (``sweep --once``, ``audit``)."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from quota_ledger.cli import progress
 from quota_ledger.model import short_ids
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from quota_ledger.cli.remote import RemoteEngine
     from quota_ledger.engine import QuotaEngine
     from quota_ledger.ledger.batches import SetAside
@@ -20,22 +23,27 @@ if TYPE_CHECKING:
 # parser must stay cheap.
 
 
+def _remote(engine: QuotaEngine | RemoteEngine) -> TypeIs[RemoteEngine]:
+    """Whether ``engine`` is the service's client; a command on a database (``--db``) never
+    loads the client's module (HTTP, YAML) to find out."""
+    client = sys.modules.get("quota_ledger.cli.remote")
+    return client is not None and isinstance(engine, client.RemoteEngine)
+
+
 def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
     """The full reservation id a unique prefix stands for (see :mod:`quota_ledger.model.short_ids`)."""
-    from quota_ledger.cli.remote import RemoteEngine
     from quota_ledger.service import overview
 
-    if isinstance(engine, RemoteEngine):
+    if _remote(engine):
         return short_ids.resolve(text, engine.reservation_ids)
     return short_ids.resolve(text, lambda prefix, n: overview.reservation_ids(engine, prefix, n))
 
 
 def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, dict[str, Usage]]:
     """Every queue with usage or a limit: its subtree's usage and its own limit."""
-    from quota_ledger.cli.remote import RemoteEngine
     from quota_ledger.service import overview
 
-    if isinstance(engine, RemoteEngine):
+    if _remote(engine):
         return engine.queue_tree(partition)
     return overview.queue_tree(engine, partition)
 
@@ -68,9 +76,7 @@ def expire_backlog(
 
 def audit(engine: QuotaEngine | RemoteEngine, *, fix: bool, partition: str | None) -> list[Drift]:
     """``audit()`` a partition at a time (each is its own transaction anyway), with a bar."""
-    from quota_ledger.cli.remote import RemoteEngine
-
-    if isinstance(engine, RemoteEngine) or partition is not None:
+    if _remote(engine) or partition is not None:
         with progress.bar(f"auditing {partition or 'every partition'}", None):
             return engine.audit(fix=fix, partition=partition)
     names = engine.driver.partitions()

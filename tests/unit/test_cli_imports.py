@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,16 @@ def test_the_package_still_offers_its_names_when_asked() -> None:
     assert set(quota_ledger.__all__) <= set(dir(quota_ledger))
     with pytest.raises(AttributeError):
         _ = quota_ledger.NoSuchName
+
+
+def test_a_command_on_a_database_loads_no_service_client(tmp_path: Path) -> None:
+    """``--db ... usage`` draws the queue tree from the database: neither httpx nor the
+    service's client module is loaded to tell which kind of ledger it has."""
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    code = (
+        RUN.format(args=["--db", url, "usage"])
+        + "\nimport sys\nassert 'quota_ledger.cli.remote' not in sys.modules"
+    )
+    loaded = loaded_after(code)
+    assert "sqlalchemy" in loaded  # the command ran on the database
+    assert "httpx" not in loaded
