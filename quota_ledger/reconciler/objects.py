@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.model.errors import InvalidRequest, ResourceQuotaNotFound
+from quota_ledger.model.errors import (
+    DatabaseUnavailable,
+    QuotaLedgerError,
+    ResourceQuotaNotFound,
+    SchemaNotReady,
+)
 from quota_ledger.reconciler.metrics import Metrics
 
 log = logging.getLogger("quota_ledger.reconciler")
@@ -59,7 +64,9 @@ class NamespaceSync:
             return
         try:
             queue = self.engine.apply_namespace(obj, partition=self.partition)
-        except InvalidRequest as error:
+        except (DatabaseUnavailable, SchemaNotReady):
+            raise  # the loop relists once the database is back
+        except QuotaLedgerError as error:  # a bad annotation, a queue managed elsewhere
             log.warning("reconciler: namespace %s not placed: %s", name, error)
             self.metrics.errors.labels("namespace").inc()
         else:
@@ -99,7 +106,9 @@ class QuotaSync:
             return
         try:
             self.engine.apply_resource_quota(obj, partition=self.partition)
-        except InvalidRequest as error:
+        except (DatabaseUnavailable, SchemaNotReady):
+            raise
+        except QuotaLedgerError as error:  # invalid as the API server would not have it
             log.warning("reconciler: resourcequota %s/%s not applied: %s", *key, error)
             self.metrics.errors.labels("resourcequota").inc()
         else:

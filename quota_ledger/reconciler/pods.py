@@ -14,7 +14,12 @@ from typing import Any
 
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.engine.reservations import recharge_key
-from quota_ledger.model.errors import InvalidRequest, ReservationNotFound
+from quota_ledger.model.errors import (
+    DatabaseUnavailable,
+    QuotaLedgerError,
+    ReservationNotFound,
+    SchemaNotReady,
+)
 from quota_ledger.model.values import Charged, ReservationState, Violation
 from quota_ledger.reconciler import decision, relist
 from quota_ledger.reconciler.decision import Action, Held
@@ -66,7 +71,9 @@ class PodSync:
         assert uid is not None
         try:
             done = self.engine.charge_pod(dict(pod), partition=self.partition)
-        except InvalidRequest as error:  # a pod the ledger cannot read: counted, never retried
+        except (DatabaseUnavailable, SchemaNotReady):
+            raise  # the loop relists once the database is back
+        except QuotaLedgerError as error:  # a pod the ledger refuses to read: counted, not retried
             log.warning("reconciler: pod %s not charged: %s", _name(pod), error)
             self.metrics.errors.labels("pod").inc()
             self.held[uid] = Held.RELEASED
@@ -116,8 +123,15 @@ class PodSync:
         self.ids.pop(uid, None)
 
     def _release_id(self, uid: str, reservation_id: str) -> None:
-        done = self.engine.release_reservation(reservation_id)
         self.held[uid] = Held.RELEASED
+        try:
+            done = self.engine.release_reservation(reservation_id)
+        except (DatabaseUnavailable, SchemaNotReady):
+            raise
+        except QuotaLedgerError as error:  # the ledger disagrees with itself: the audit says more
+            log.warning("reconciler: reservation %s of pod %s not released: %s", reservation_id, uid, error)
+            self.metrics.errors.labels("pod").inc()
+            return
         if done.state is ReservationState.COMMITTED:
             self.metrics.released.inc()
         self.changed = True

@@ -10,6 +10,7 @@ webhook admits before the API server stores), and its time limit ends it otherwi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +20,19 @@ from quota_ledger.model.values import ReservationState
 from quota_ledger.reconciler import decision
 from quota_ledger.reconciler.decision import Held
 
+#: a pod's uid, as the API server makes them (RFC 4122, lower case)
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
 
 def uid_of_key(key: str) -> str:
     """The pod uid a reservation key stands for (a pod charged again has a second key)."""
     return key.removesuffix(RECHARGED)
+
+
+def is_pod_key(key: str) -> bool:
+    """Whether a reservation key is a pod's (its uid, or the second key of a pod charged
+    again): other keyed reservations of the partition are not the reconciler's to release."""
+    return _UID.fullmatch(uid_of_key(key)) is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +51,9 @@ class Diff:
 
 def diff(pods: Iterable[Mapping[str, Any]], held: Mapping[str, tuple[str, ReservationState]]) -> Diff:
     """Compare the pods that exist with ``held`` (:meth:`QuotaEngine.held_keys`: key ->
-    (reservation id, state) of the keyed reservations still holding something)."""
-    by_uid: dict[str, tuple[str, ReservationState]] = {uid_of_key(k): v for k, v in held.items()}
+    (reservation id, state) of the keyed reservations still holding something); only pods'
+    keys (:func:`is_pod_key`) count."""
+    by_uid = {uid_of_key(k): v for k, v in held.items() if is_pod_key(k)}
     found = Diff()
     seen: set[str] = set()
     for pod in pods:

@@ -50,28 +50,36 @@ def test_each_pod_event_asks_one_thing_of_the_ledger(
     assert decide(event, pod, held) is action
 
 
+def _uid(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+PENDING, CHARGED, GONE, NOT_STORED, LATE, ENDED, UNKNOWN = (_uid(n) for n in range(7))
+
+
 def test_a_relist_charges_live_pods_and_releases_committed_reservations_of_gone_ones() -> None:
     held = {
-        "pending": ("r1", ReservationState.PENDING),
-        "charged": ("r2", ReservationState.COMMITTED),
-        "gone": ("r3", ReservationState.COMMITTED),
-        "admitted-not-stored": ("r4", ReservationState.PENDING),
-        recharge_key("late"): ("r5", ReservationState.COMMITTED),
-        "ended": ("r6", ReservationState.COMMITTED),
+        PENDING: ("r1", ReservationState.PENDING),
+        CHARGED: ("r2", ReservationState.COMMITTED),
+        GONE: ("r3", ReservationState.COMMITTED),
+        NOT_STORED: ("r4", ReservationState.PENDING),
+        recharge_key(LATE): ("r5", ReservationState.COMMITTED),
+        ENDED: ("r6", ReservationState.COMMITTED),
+        "job-17": ("r7", ReservationState.COMMITTED),  # not a pod's: never the reconciler's
     }
-    pods = [_pod("pending"), _pod("charged"), _pod("unknown"), _pod("late"), _pod("ended", phase="Succeeded")]
+    pods = [_pod(PENDING), _pod(CHARGED), _pod(UNKNOWN), _pod(LATE), _pod(ENDED, phase="Succeeded")]
     found = relist.diff(pods, held)
-    assert [p["metadata"]["uid"] for p in found.charge] == ["pending", "unknown"]
-    assert sorted(found.release) == [("ended", "r6"), ("gone", "r3")]
+    assert [p["metadata"]["uid"] for p in found.charge] == [PENDING, UNKNOWN]
+    assert sorted(found.release) == sorted([(ENDED, "r6"), (GONE, "r3")])
     assert found.held == {
-        "charged": Held.CHARGED,
-        "late": Held.CHARGED,
-        "ended": Held.RELEASED,
-        "admitted-not-stored": Held.PENDING,  # left to expire, or to be stored yet
+        CHARGED: Held.CHARGED,
+        LATE: Held.CHARGED,
+        ENDED: Held.RELEASED,
+        NOT_STORED: Held.PENDING,  # left to expire, or to be stored yet
     }
-    assert found.ids == {"charged": "r2", "late": "r5", "admitted-not-stored": "r4"}
+    assert found.ids == {CHARGED: "r2", LATE: "r5", NOT_STORED: "r4"}
 
 
 def test_a_relist_of_an_ended_pod_the_ledger_never_held_releases_nothing() -> None:
-    found = relist.diff([_pod("done", phase="Failed")], {})
-    assert (found.charge, found.release, found.held) == ([], [], {"done": Held.RELEASED})
+    found = relist.diff([_pod(ENDED, phase="Failed")], {})
+    assert (found.charge, found.release, found.held) == ([], [], {ENDED: Held.RELEASED})
