@@ -106,3 +106,32 @@ def test_options_override_the_environments_settings(monkeypatch: pytest.MonkeyPa
     args = parser.build().parse_args(["kube", "reconcile", "--no-leader-election", "--relist-every", "30"])
     settings = reconcile_command.settings_from(args)
     assert (settings.relist_every, settings.leader_election, settings.write_status) == (30.0, False, False)
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+
+
+def test_the_deployed_command_line_is_the_commands_and_its_lease_the_rbac_allows() -> None:
+    (deployment,) = [
+        doc
+        for doc in yaml.safe_load_all((DEPLOY / "reconciler" / "deployment.yaml").read_text())
+        if doc and doc["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    patch = yaml.safe_load((DEPLOY / "reconciler-write-status" / "kustomization.yaml").read_text())
+    (added,) = yaml.safe_load(patch["patches"][0]["patch"])
+    for argv in (container["args"], [*container["args"], added["value"]]):
+        args = parser.build().parse_args(argv)
+        assert args.handler.__name__ == "_reconcile"
+        settings = reconcile_command.settings_from(args)
+        assert settings.write_status is (added["value"] in argv)
+    env = {item["name"] for item in container["env"]}
+    assert {"QUOTA_LEDGER_DB", "POD_NAME", "POD_NAMESPACE"} <= env  # the Lease's holder and namespace
+    rules = [
+        rule
+        for doc in yaml.safe_load_all((DEPLOY / "reconciler" / "rbac.yaml").read_text())
+        if doc and doc["kind"] == "Role"
+        for rule in doc["rules"]
+    ]
+    named = {name for rule in rules for name in rule.get("resourceNames", [])}
+    assert reconcile_command.settings_from(parser.build().parse_args(container["args"])).lease_name in named
