@@ -105,7 +105,7 @@ def reviews(base: str, token: str, clients: int, warmup: float, seconds: float, 
         stop = False
 
         async def client(index: int) -> None:
-            rng = random.Random(seed * 1000 + index)
+            rng = random.Random(seed * 1000 + index)  # clients < 1000
             conn = RawHttp(host, int(port), token)
             sent = 0
             try:
@@ -175,7 +175,9 @@ def run(cfg: Config) -> dict[str, Any]:
                 for clients in counts:
                     every = []
                     for round_ in range(rounds):
-                        found = reviews(base, token, clients, cfg.warmup, seconds, round_)
+                        # Seeds of their own: a pod uid sent again is the same pod, admitted once.
+                        seed = 100 * clients + round_
+                        found = reviews(base, token, clients, cfg.warmup, seconds, seed)
                         every.append(found)
                         log(
                             f"admission: {clients} clients {found['reviews_per_s']:.1f} reviews/s, "
