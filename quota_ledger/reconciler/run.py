@@ -55,10 +55,7 @@ class Reconciler:
             self._term(stop)
             return
         elector = self.elector
-        terms = threading.Event()
-        thread = threading.Thread(
-            target=elector.run, args=(stop, lambda _: terms.set()), name="lease", daemon=True
-        )
+        thread = threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True)
         thread.start()
         try:
             while not stop.is_set():
