@@ -47,7 +47,7 @@ def test_soak_the_ledger_agrees_with_the_cluster_after_random_failures(
             "resourcequotas",
             {
                 "metadata": {"name": "compute", "namespace": name},
-                "spec": {"hard": {"pods": "22", "requests.cpu": "8"}},
+                "spec": {"hard": {"pods": "30", "requests.cpu": "10"}},
             },
         )
     counts = dict.fromkeys(
