@@ -142,7 +142,15 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 
 def _reconcile(engine: QuotaEngine, args: argparse.Namespace, _settings: Settings) -> int:
-    from kubernetes import client, config
+    from quota_ledger.model.errors import InvalidRequest
+
+    try:
+        from kubernetes import client, config
+    except ImportError as error:
+        raise InvalidRequest(
+            "the reconciler needs the kubernetes client: pip install 'quota-ledger[kubernetes]'",
+            field="kubernetes",
+        ) from error
 
     from quota_ledger.reconciler.leader import LeaseConfig
     from quota_ledger.reconciler.run import Reconciler
