@@ -139,6 +139,7 @@ class QuotaSync:
             ):
                 continue
             status = {"hard": ledger["hard"], "used": ledger["used"]}
+            # an object: the client sends it as a strategic merge patch
             core.patch_namespaced_resource_quota_status(name, namespace, {"status": status})
             self.status[(namespace, name)] = status
             self.metrics.status_writes.inc()

@@ -10,7 +10,8 @@ asks, so that the official ``kubernetes`` client drives it unchanged:
   (:meth:`FakeApiServer.compact`) is answered with an ERROR event holding a Status of code 410;
 - leases: ``GET``/``PUT`` ``/apis/coordination.k8s.io/v1/namespaces/NS/leases/NAME`` and
   ``POST .../leases``, with 404, and 409 on a stale resourceVersion or an existing name;
-- ``PATCH /api/v1/namespaces/NS/resourcequotas/NAME/status`` (a merge patch).
+- ``PATCH /api/v1/namespaces/NS/resourcequotas/NAME/status`` (a merge patch; an object sent as
+  a JSON patch is refused, as the API server refuses it).
 
 Faults for the tests: events applied but never sent to watchers (``deliver=False``), watches
 cut mid-stream (:meth:`FakeApiServer.drop_watches`), history compacted (410 Gone).
@@ -219,6 +220,14 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             parts = urlparse(self.path).path.strip("/").split("/")
             api.requests.append(f"PATCH {self.path}")
             patch = self._body()
+            kind = self.headers.get("Content-Type", "")
+            if kind not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                # a JSON patch is a list of operations: an object under that type is refused
+                self._send(
+                    415 if "patch" not in kind else 400,
+                    _status(400, "BadRequest", f"not a merge patch: {kind}"),
+                )
+                return
             with api.lock:
                 current = api.objects["resourcequotas"].get(f"{parts[3]}/{parts[5]}")
                 if current is None or parts[-1] != "status":
