@@ -232,3 +232,27 @@ def test_of_two_reconcilers_one_leads_and_the_other_takes_over(
         assert lease["spec"]["holderIdentity"] == ("two" if other is two else "one")
         assert lease["spec"]["leaseTransitions"] >= 1
     assert engine.audit() == []
+
+
+def test_objects_the_ledger_refuses_are_counted_and_skipped(api: FakeApiServer, engine: QuotaEngine) -> None:
+    api.create(
+        "namespaces",
+        {"metadata": {"name": "bad", "annotations": {"yunikorn.apache.org/namespace.quota": "{not json"}}},
+    )
+    api.create(
+        "resourcequotas",
+        {"metadata": {"name": "disk", "namespace": "team"}, "spec": {"hard": {"storage": "1"}}},
+    )
+    api.create(
+        "resourcequotas",
+        {"metadata": {"name": "compute", "namespace": "team"}, "spec": {"hard": {"pods": "5"}}},
+    )
+    with reconciling(api, engine) as running:
+        api.create("pods", pod("a"))
+        eventually(lambda: _in_use(engine) == (500, 0))
+        assert engine.resource_quotas() == [("team", "compute")]
+        assert running.metric("quota_ledger_reconciler_errors_total", kind="namespace") == 1
+        assert running.metric("quota_ledger_reconciler_errors_total", kind="resourcequota") == 1
+        assert (
+            running.metric("quota_ledger_reconciler_relists_total", kind="namespaces", reason="recovery") == 0
+        )
