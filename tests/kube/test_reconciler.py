@@ -5,10 +5,15 @@ ResourceQuotas mirrored, status written back; one leader of two, and a takeover.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
+from kubernetes import client
+
 from quota_ledger import QuotaEngine, ReservationState
+from quota_ledger.reconciler.listwatch import ListWatch
+from quota_ledger.reconciler.metrics import Metrics
 from tests.kube.conftest import eventually, pod, reconciling
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -256,3 +261,34 @@ def test_objects_the_ledger_refuses_are_counted_and_skipped(api: FakeApiServer, 
         assert (
             running.metric("quota_ledger_reconciler_relists_total", kind="namespaces", reason="recovery") == 0
         )
+
+
+def test_a_list_is_read_in_pages_and_the_watch_starts_from_its_version(api: FakeApiServer) -> None:
+    for n in range(5):
+        api.create("pods", pod(f"p{n}"))
+    seen: dict[str, list[Any]] = {"lists": [], "events": []}
+
+    class Recorder:
+        def relisted(self, items: list[dict[str, Any]]) -> None:
+            seen["lists"].append(sorted(i["metadata"]["name"] for i in items))
+
+        def event(self, kind: str, obj: dict[str, Any]) -> None:
+            seen["events"].append((kind, obj["metadata"]["name"]))
+
+    core = client.CoreV1Api(client.ApiClient(client.Configuration(host=api.url)))
+    loop = ListWatch(
+        "pods", core.list_pod_for_all_namespaces, Recorder(), Metrics(), relist_every=60, page_size=2
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        eventually(loop.synced.is_set)
+        api.create("pods", pod("p5"))
+        eventually(lambda: seen["events"] == [("ADDED", "p5")])
+    finally:
+        stop.set()
+        loop.interrupt()
+        thread.join(10)
+    assert seen["lists"] == [[f"p{n}" for n in range(5)]]
+    assert sum("continue=" in r for r in api.requests) == 2  # three pages of two
