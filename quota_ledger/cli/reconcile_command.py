@@ -64,6 +64,12 @@ def register(kube: Subcommands, options: SharedOptions) -> None:
         help="seconds between full relists (default: 300, QUOTA_LEDGER_RECONCILE_RELIST_EVERY)",
     )
     p.add_argument(
+        "--pending-grace",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a relist rolls back a pending reservation whose pod it lacks once it is this old (default: 60)",
+    )
+    p.add_argument(
         "--watch-timeout",
         type=_seconds,
         metavar="SECONDS",
@@ -124,6 +130,7 @@ def settings_from(args: argparse.Namespace) -> Any:
         name: getattr(args, name)
         for name in (
             "relist_every",
+            "pending_grace",
             "watch_timeout",
             "write_status",
             "status_every",

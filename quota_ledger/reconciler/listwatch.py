@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import urllib3
@@ -35,8 +36,8 @@ GONE = 410
 class Handler(Protocol):
     """The ledger's side of one kind."""
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
-        """The complete list of the kind's objects, now."""
+    def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
+        """The complete list of the kind's objects, as of ``listed_at`` (when the list began)."""
 
     def event(self, kind: str, obj: dict[str, Any]) -> None:
         """One watch event: ``ADDED``, ``MODIFIED`` or ``DELETED`` of ``obj``."""
@@ -133,6 +134,7 @@ class ListWatch:
     def _relist(self, reason: str) -> None:
         items: list[dict[str, Any]] = []
         token: str | None = None
+        listed_at = datetime.now(UTC)
         while True:
             kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
             if token:
@@ -144,7 +146,7 @@ class ListWatch:
             if not token:
                 break
         self.resource_version = meta.get("resourceVersion")
-        self.handler.relisted(items)
+        self.handler.relisted(items, listed_at)
         self.synced.set()
         self.metrics.relists.labels(self.kind, reason).inc()
         log.info(

@@ -26,6 +26,11 @@ class Metrics:
         self.released = Counter(
             "quota_ledger_reconciler_pods_released", "Reservations of pods gone or ended released", registry=r
         )
+        self.abandoned = Counter(
+            "quota_ledger_reconciler_pending_rolled_back",
+            "Pending reservations of pods a relist did not find, made longer than the grace before it",
+            registry=r,
+        )
         self.overruns = Counter(
             "quota_ledger_reconciler_overruns",
             "Pods charged beyond a limit (one per limit exceeded), by kind of limit",

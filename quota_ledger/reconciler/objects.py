@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from quota_ledger.engine import QuotaEngine
@@ -47,7 +48,7 @@ class NamespaceSync:
         #: namespace -> its YuniKorn annotations as last applied
         self.applied: dict[str, str] = {}
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
+    def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
         for obj in items:
             self.event("ADDED", obj)
         names = {_name(obj)[1] for obj in items}
@@ -87,7 +88,7 @@ class QuotaSync:
         #: (namespace, name) -> the object's status as last seen
         self.status: dict[tuple[str, str], Mapping[str, Any]] = {}
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
+    def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
         for obj in items:
             self.event("ADDED", obj)
         live = {_name(obj) for obj in items}

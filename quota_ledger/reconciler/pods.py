@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from quota_ledger.engine import QuotaEngine
@@ -31,10 +32,14 @@ log = logging.getLogger("quota_ledger.reconciler")
 class PodSync:
     """Keeps the ledger's reservations in line with the pods that exist."""
 
-    def __init__(self, engine: QuotaEngine, metrics: Metrics, *, partition: str) -> None:
+    def __init__(
+        self, engine: QuotaEngine, metrics: Metrics, *, partition: str, pending_grace: float = 60.0
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.partition = partition
+        #: a pending reservation this much older than a list without its pod is rolled back
+        self.pending_grace = timedelta(seconds=pending_grace)
         #: pod uid -> what the ledger holds for it
         self.held: dict[str, Held] = {}
         #: pod uid -> the id of its reservation, where known
@@ -42,14 +47,26 @@ class PodSync:
         #: set when the ledger changed (a ResourceQuota's status may have)
         self.changed = False
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
-        """Charge every live pod the ledger does not hold, release what gone pods hold."""
+    def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
+        """Charge every live pod the ledger does not hold, release what gone pods hold, and roll
+        back the pending reservations of pods the list lacks that were made more than
+        ``pending_grace`` before it began: their pods were never stored, or were deleted unseen
+        (history lost to 410 Gone), since a pod is stored moments after its admission."""
         found = relist.diff(items, self.engine.held_keys(partition=self.partition))
         self.held, self.ids = found.held, found.ids
         for uid, reservation_id in found.release:
             self._release_id(uid, reservation_id)
         for pod in found.charge:
             self._charge(pod)
+        waiting = [(uid, rid) for uid, rid in found.ids.items() if found.held.get(uid) is Held.PENDING]
+        for uid, reservation_id in waiting:
+            try:
+                made = self.engine.get(reservation_id)
+            except ReservationNotFound:
+                continue
+            if made.state is ReservationState.PENDING and made.created_at < listed_at - self.pending_grace:
+                self._release_id(uid, reservation_id)
+                self.metrics.abandoned.inc()
 
     def event(self, kind: str, obj: dict[str, Any]) -> None:
         """One watch event of a pod."""

@@ -42,7 +42,7 @@ class Reconciler:
         self.core = client.CoreV1Api(api)
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.pods = PodSync(engine, self.metrics, partition=partition)
+        self.pods = PodSync(engine, self.metrics, partition=partition, pending_grace=settings.pending_grace)
         self.namespaces = NamespaceSync(engine, self.metrics, partition=partition)
         self.quotas = QuotaSync(engine, self.metrics, partition=partition)
         self.elector = LeaderElector(client.CoordinationV1Api(api), lease) if lease is not None else None

@@ -14,6 +14,11 @@ class ReconcilerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QUOTA_LEDGER_RECONCILE_", extra="ignore")
 
     relist_every: float = Field(300.0, gt=0, description="seconds between full relists of each kind")
+    pending_grace: float = Field(
+        60.0,
+        gt=0,
+        description="seconds after which a relist rolls back a pending reservation whose pod it lacks",
+    )
     watch_timeout: float = Field(
         300.0, ge=1, description="seconds one watch request lasts before it is renewed (timeoutSeconds)"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -269,7 +270,7 @@ def test_a_list_is_read_in_pages_and_the_watch_starts_from_its_version(api: Fake
     seen: dict[str, list[Any]] = {"lists": [], "events": []}
 
     class Recorder:
-        def relisted(self, items: list[dict[str, Any]]) -> None:
+        def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
             seen["lists"].append(sorted(i["metadata"]["name"] for i in items))
 
         def event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -292,3 +293,16 @@ def test_a_list_is_read_in_pages_and_the_watch_starts_from_its_version(api: Fake
         thread.join(10)
     assert seen["lists"] == [[f"p{n}" for n in range(5)]]
     assert sum("continue=" in r for r in api.requests) == 2  # three pages of two
+
+
+def test_a_relist_rolls_back_a_pending_reservation_whose_pod_never_came(
+    api: FakeApiServer, engine: QuotaEngine
+) -> None:
+    never = _admitted(engine, pod("never-stored"))  # a later webhook refused it
+    with reconciling(api, engine, relist_every=1.0, pending_grace=0.5) as running:
+        stored = api.create("pods", _admitted(engine, pod("stored")))
+        eventually(lambda: _state(engine, never["metadata"]["uid"]) == (ReservationState.ROLLED_BACK, False))
+        assert _state(engine, stored["metadata"]["uid"]) == (ReservationState.COMMITTED, False)
+        assert running.metric("quota_ledger_reconciler_pending_rolled_back_total") == 1
+        assert _in_use(engine) == (500, 0)
+    assert engine.audit() == []
