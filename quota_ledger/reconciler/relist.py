@@ -4,8 +4,9 @@ release. Pure.
 After a relist is acted on, the ledger agrees with the cluster: every pod that exists and has not
 ended is charged (its pending reservation committed, or charged outright when the webhook never
 saw it), and every committed reservation whose pod is gone or ended is released. A pending
-reservation without a pod is left to expire: its pod may be on its way to being stored (the
-webhook admits before the API server stores), and its time limit ends it otherwise.
+reservation without a pod is kept here: its pod may be on its way to being stored (the webhook
+admits before the API server stores); :class:`~quota_ledger.reconciler.pods.PodSync` rolls it
+back once it is older than its grace.
 """
 
 from __future__ import annotations
