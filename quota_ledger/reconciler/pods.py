@@ -44,8 +44,6 @@ class PodSync:
         self.held: dict[str, Held] = {}
         #: pod uid -> the id of its reservation, where known
         self.ids: dict[str, str] = {}
-        #: set when the ledger changed (a ResourceQuota's status may have)
-        self.changed = False
 
     def relisted(self, items: list[dict[str, Any]], listed_at: datetime) -> None:
         """Charge every live pod the ledger does not hold, release what gone pods hold, and roll
@@ -99,10 +97,8 @@ class PodSync:
         self.ids[uid] = done.reservation.id
         if done.how is Charged.COMMITTED:
             self.metrics.committed.inc()
-            self.changed = True
         elif done.how is Charged.CHARGED:
             self.metrics.charged.inc()
-            self.changed = True
             log.info("reconciler: pod %s charged (the ledger had no reservation for it)", _name(pod))
         for violation in done.overruns:
             self._overrun(pod, violation)
@@ -151,7 +147,6 @@ class PodSync:
             return
         if done.state is ReservationState.COMMITTED:
             self.metrics.released.inc()
-        self.changed = True
 
 
 def _name(pod: Mapping[str, Any]) -> str:
