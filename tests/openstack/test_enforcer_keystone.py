@@ -6,6 +6,7 @@ holding for its projects together; also with the sync's KeystoneReader as the so
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -138,3 +139,36 @@ def test_strict_two_level_a_domain_caps_its_projects_where_oslo_limit_refuses_th
         assert infos(refused.value) == [("fpga", 10, 6, 5)]
         assert engine.limits()[f"root.{domain}"] == {"fpga": 10}
         enforcer.release(alpha, {"fpga": 6})
+
+
+def test_sixteen_concurrent_claims_at_a_keystone_limit_admit_exactly_the_limit(
+    flat: Cloud, engine: QuotaEngine
+) -> None:
+    """Sixteen claims at once on a project whose fpga limit Keystone sets at 5, read the way
+    oslo.limit reads it: exactly 5 are admitted, and the 5 admitted are committed."""
+    project = flat.project()
+    flat.registered("fpga", 5)
+    enforcer = Enforcer(None, ledger=engine)
+    enforcer.get_project_limits(project, ["fpga"])  # the project's queue in place before the race
+    start = threading.Barrier(16)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def claim() -> None:
+        start.wait(timeout=30)
+        try:
+            with enforcer.claim(project, {"fpga": 1}):
+                outcome = "admitted"
+        except exception.ProjectOverLimit:
+            outcome = "refused"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=claim) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(outcomes) == ["admitted"] * 5 + ["refused"] * 11
+    assert enforcer.calculate_usage(project, ["fpga"])["fpga"].usage == 5
+    assert engine.audit() == []
