@@ -81,9 +81,7 @@ def printable(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
-_ESCAPES = {
-    code: f"\\x{code:02x}" for code in (*range(0x21), *range(0x7F, 0xA0))
-} | {ord("\\"): "\\\\"}
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x21), *range(0x7F, 0xA0))} | {ord("\\"): "\\\\"}
 
 
 def configure(fmt: AccessLogFormat, *, verbose: bool = False) -> None:
