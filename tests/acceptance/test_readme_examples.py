@@ -96,6 +96,8 @@ CLI_PAGE_NOT_RUN = {
 #: docs/cli.md's transcript blocks that do not run, by how they start, and why
 CLI_PAGE_BLOCKS_NOT_RUN = {
     "$ quota-ledger audit\nPARTITION": "shows drift, which no command of the page makes",
+    "$ quota-ledger openstack sync": "needs a Keystone; tests/openstack/test_keystone_sync.py runs "
+    "the command, once and with --every, against a real one",
 }
 
 
