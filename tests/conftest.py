@@ -364,11 +364,42 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         output["quota_ledger_sources"] = dict(_sources)
 
 
+#: what tests/openstack ran against its Keystone (see its conftest's pytest_sessionfinish)
+_keystone_ran: Counter[str] = Counter()
+_keystone_notes: dict[str, str] = {}
+_keystone_version: list[str] = []
+
+
+def _add_keystone(data: dict[str, Any] | None) -> None:
+    if data:
+        _keystone_ran.update(data["ran"])
+        _keystone_notes.update(data["notes"])
+        _keystone_version[:] = [data["version"]]
+
+
 def pytest_testnodedown(node: Any, error: object) -> None:
     """On the pytest-xdist controller: add up what each worker ran (see pytest_sessionfinish)."""
     output = getattr(node, "workeroutput", {})
     _ran.update(output.get("quota_ledger_ran", {}))
     _sources.update(output.get("quota_ledger_sources", {}))
+    _add_keystone(output.get("keystone"))
+
+
+def _keystone_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Whether the Keystone tier ran, on how many tests of each model, or why not."""
+    _add_keystone(getattr(terminalreporter.config, "quota_ledger_keystone", None))
+    if not _keystone_ran and not _keystone_notes:
+        return
+    version = _keystone_version[0] if _keystone_version else "?"
+    terminalreporter.section("quota-ledger keystone")
+    if "skipped" in _keystone_notes:
+        terminalreporter.write_line(f"keystone {version}: SKIPPED, {_keystone_notes['skipped']}")
+        return
+    models = ", ".join(f"{count} on {model}" for model, count in sorted(_keystone_ran.items()))
+    venv = _keystone_notes.get("venv", "")
+    terminalreporter.write_line(
+        f"keystone {version}: {sum(_keystone_ran.values())} tests ran ({models}), {venv}"
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -385,3 +416,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("quota-ledger backends")
     for line in lines:
         terminalreporter.write_line(line)
+    _keystone_summary(terminalreporter)

@@ -13,7 +13,6 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -59,26 +58,11 @@ def keystone_strict(keystone: KeystoneServer) -> KeystoneServer:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Hand what ran to the summary of tests/conftest.py: through a pytest-xdist worker's output
+    (the controller never loads this file), or on the config of a run without workers."""
+    data = {"version": KEYSTONE_VERSION, "ran": dict(_ran), "notes": dict(_notes)}
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
-        output["keystone_ran"] = dict(_ran)
-        output["keystone_notes"] = dict(_notes)
-
-
-def pytest_testnodedown(node: Any, error: object) -> None:
-    output = getattr(node, "workeroutput", {})
-    _ran.update(output.get("keystone_ran", {}))
-    _notes.update(output.get("keystone_notes", {}))
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _ran and not _notes:
-        return
-    terminalreporter.section("quota-ledger keystone")
-    if "skipped" in _notes:
-        terminalreporter.write_line(f"keystone {KEYSTONE_VERSION}: SKIPPED, {_notes['skipped']}")
-        return
-    models = ", ".join(f"{count} on {model}" for model, count in sorted(_ran.items()))
-    terminalreporter.write_line(
-        f"keystone {KEYSTONE_VERSION}: {sum(_ran.values())} tests ran ({models}), {_notes.get('venv', '')}"
-    )
+        output["keystone"] = data
+    else:
+        session.config.quota_ledger_keystone = data  # type: ignore[attr-defined]
