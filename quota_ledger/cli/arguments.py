@@ -1,9 +1,11 @@
 """The values of command-line arguments that argparse does not parse: ``RES=QTY`` pairs and
 the text of a FILE argument. Both raise the ledger's typed error, so a bad value exits 1 with
-the usual ``error:`` line, as the engine's own checks do."""
+the usual ``error:`` line, as the engine's own checks do. Also :func:`seconds`, an option's
+``type`` that argparse refuses with exit 2 as it does any malformed option."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -31,3 +33,14 @@ def read_source(path: str) -> str:
             return handle.read()
     except OSError as error:
         raise InvalidRequest(f"cannot read {path}: {error.strerror}", field="file") from error
+
+
+def seconds(text: str) -> float:
+    """An option's value in seconds: a number above 0 (argparse's ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be more than 0: {text!r}")
+    return value

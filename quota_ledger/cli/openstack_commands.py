@@ -8,23 +8,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from quota_ledger.cli import help_text, output
+from quota_ledger.cli import arguments, help_text, output
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
     from quota_ledger.openstack.sync import SyncResult
     from quota_ledger.service.settings import Settings
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"seconds must be more than 0: {text!r}")
-    return value
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:
@@ -52,7 +42,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
     p.add_argument("--cloud", metavar="NAME", help="the clouds.yaml cloud (default: OS_CLOUD, else OS_*)")
     p.add_argument(
         "--every",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="sync again every SECONDS until interrupted (default: once)",
     )

@@ -11,7 +11,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from quota_ledger.cli import help_text
+from quota_ledger.cli import arguments, help_text
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
@@ -20,16 +20,6 @@ if TYPE_CHECKING:
 
 #: where the Lease lives when neither --lease-namespace nor $POD_NAMESPACE says
 DEFAULT_NAMESPACE = "quota-ledger"
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"seconds must be more than 0: {text!r}")
-    return value
 
 
 def register(kube: Subcommands, options: SharedOptions) -> None:
@@ -59,19 +49,19 @@ def register(kube: Subcommands, options: SharedOptions) -> None:
     p.add_argument("--context", metavar="NAME", help="the kubeconfig's context (default: its current one)")
     p.add_argument(
         "--relist-every",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="seconds between full relists (default: 300, QUOTA_LEDGER_RECONCILE_RELIST_EVERY)",
     )
     p.add_argument(
         "--pending-grace",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="a relist rolls back a pending reservation whose pod it lacks once it is this old (default: 60)",
     )
     p.add_argument(
         "--watch-timeout",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="seconds one watch request lasts before it is renewed (default: 300)",
     )
@@ -83,7 +73,7 @@ def register(kube: Subcommands, options: SharedOptions) -> None:
     )
     p.add_argument(
         "--status-every",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="seconds between status writes, with --write-status (default: 10)",
     )
@@ -105,18 +95,21 @@ def register(kube: Subcommands, options: SharedOptions) -> None:
     )
     p.add_argument(
         "--lease-duration",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="how long a Lease not renewed holds (default: 15)",
     )
     p.add_argument(
         "--renew-deadline",
-        type=_seconds,
+        type=arguments.seconds,
         metavar="SECONDS",
         help="how long the leader tries to renew before it stops acting (default: 10)",
     )
     p.add_argument(
-        "--retry-period", type=_seconds, metavar="SECONDS", help="seconds between Lease attempts (default: 2)"
+        "--retry-period",
+        type=arguments.seconds,
+        metavar="SECONDS",
+        help="seconds between Lease attempts (default: 2)",
     )
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics on PORT (default: none)")
     p.set_defaults(handler=_reconcile, local_only=True)
