@@ -41,8 +41,7 @@ class KubernetesObjects(EngineBase):
         """The queue a namespace's reservations go to (``root.<namespace>`` if never placed)."""
         validation.partition(partition)
         name = validation.namespace(namespace)
-        found = self.driver.run(lambda tx: tx.namespace_queue(partition, name))
-        return found if found is not None else f"root.{name}"
+        return self.driver.run(lambda tx: reads.namespace_queue(tx, partition, name))
 
     def apply_resource_quota(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> dict[str, Any]:
         """Create or replace a v1 ResourceQuota (dict or YAML, as Kubernetes serves it).

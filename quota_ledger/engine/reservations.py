@@ -192,7 +192,7 @@ class Reservations(EngineBase):
 
         def work(tx: LedgerTx) -> Reservation:
             # The namespace's queue is read in the same transaction, under the same time limit.
-            queue = tx.namespace_queue(partition, request.namespace) or f"root.{request.namespace}"
+            queue = reads.namespace_queue(tx, partition, request.namespace)
             checked = self._pod_request(request, partition, queue, ttl, None)
             return reserve.general(tx, self.rules, self.bounds, checked)
 
@@ -235,7 +235,7 @@ class Reservations(EngineBase):
                     return PodCharge(reservation=current, how=Charged.ALREADY)
             else:  # both keys used: the second is committed when made, so this is not reached
                 raise ReservationStateError(current.id, current.state, "charge")
-            queue = tx.namespace_queue(partition, request.namespace) or f"root.{request.namespace}"
+            queue = reads.namespace_queue(tx, partition, request.namespace)
             overruns: list[Violation] = []
             made = reserve.general(
                 tx, self.rules, self.bounds, self._pod_request(request, partition, queue, None, key), overruns

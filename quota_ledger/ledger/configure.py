@@ -21,7 +21,7 @@ from quota_ledger.config import identity, model, queue_max
 from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import resource_quotas
+from quota_ledger.ledger import reads, resource_quotas
 from quota_ledger.ledger import rules as ledger_rules
 from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import ConfigError, InvalidRequest, RemovesAllLimits
@@ -209,7 +209,7 @@ def _proposed(
     for partition, objects in kube.items():
         for key, entry in objects.get("quotas", {}).items():
             namespace = key.split("/", 1)[0]
-            entry["queue"] = tx.namespace_queue(partition, namespace) or f"root.{namespace}"
+            entry["queue"] = reads.namespace_queue(tx, partition, namespace)
     return config, new_capacity, kube
 
 

@@ -25,6 +25,11 @@ from quota_ledger.model.values import Reservation, ReservationState, Usage
 T = TypeVar("T")
 
 
+def namespace_queue(tx: LedgerTx, partition: str, namespace: str) -> str:
+    """The queue a namespace's pods are charged to: where it was placed, else ``root.<namespace>``."""
+    return tx.namespace_queue(partition, namespace) or f"root.{namespace}"
+
+
 def usage(tx: LedgerTx, partition: str, queue: str) -> dict[str, Usage]:
     """Usage of ``queue``'s whole subtree per resource, with the queue's own limit (the sum of
     the queue counters below it where no limit is set)."""
