@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import uvicorn
-from http_support import Service
+from http_support import Service, in_thread
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
@@ -30,18 +28,8 @@ def service(request: pytest.FixtureRequest, postgres_url: URL) -> Iterator[Servi
     settings = Settings(db="sqlite://", token_cache_seconds=cache_seconds, sweep_interval=0.2)  # type: ignore[call-arg]
     app = create_app(engine, settings)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Service(f"http://127.0.0.1:{port}", engine, issued)
+        with in_thread(config) as port:
+            yield Service(f"http://127.0.0.1:{port}", engine, issued)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         engine.close()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+import uvicorn
 
 from quota_ledger import QuotaEngine
 
@@ -35,3 +40,22 @@ def sign_in(client: httpx.Client, token: str, target: str = "/ui") -> httpx.Resp
             "Sec-Fetch-Site": "same-origin",
         },
     )
+
+
+@contextmanager
+def in_thread(config: uvicorn.Config) -> Iterator[int]:
+    """uvicorn with ``config`` in a thread of its own: the port it listens on, while the block
+    runs; stopped after."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import httpx
 import pytest
 import trustme
 import uvicorn
+from http_support import in_thread
 from kubernetes import client as k8s
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
@@ -92,20 +92,10 @@ def _serve(url: URL, tmp_path: Path, **settings_given: Any) -> Iterator[Webhook]
         log_level="warning",
         lifespan="on",
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Webhook(f"https://127.0.0.1:{port}", engine, issued, ca)
+        with in_thread(config) as port:
+            yield Webhook(f"https://127.0.0.1:{port}", engine, issued, ca)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         engine.close()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
+from http_support import in_thread
 
 from quota_ledger.http import protocol
 from quota_ledger.service.settings import Settings
@@ -46,19 +46,8 @@ def _serving(settings: Settings) -> Iterator[tuple[str, list[str]]]:
         http=protocol.bounded(settings),
         **protocol.uvicorn_options(settings),
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with in_thread(config) as port:
         yield f"http://127.0.0.1:{port}", seen
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from http_support import Service
+from http_support import Service, in_thread
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
@@ -41,20 +40,10 @@ def serving(tmp_path: Path, **settings: Any) -> Iterator[Service]:
     }
     options = {"token_cache_seconds": 0.0, "sweep_interval": 0.05, **settings}
     app = create_app(engine, Settings(db="sqlite://", **options))  # type: ignore[call-arg]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        assert thread.is_alive()
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Service(f"http://127.0.0.1:{port}", engine, issued)
+        with in_thread(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")) as port:
+            yield Service(f"http://127.0.0.1:{port}", engine, issued)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         engine.close()
 
 
