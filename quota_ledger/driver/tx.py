@@ -33,7 +33,7 @@ inserts every missing queue and user/group counter before it locks any counter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -50,6 +50,7 @@ from quota_ledger.driver.journal import JournalStatements
 from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.reservations import ReservationStatements
 from quota_ledger.driver.schema import quota_partitions
+from quota_ledger.model import charges
 
 # -- partition (step 2) ------------------------------------------------------------------------
 # lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
@@ -131,6 +132,13 @@ class LedgerTx(
         finally:
             self.deferred = None
         inline.run(self.conn, statements)
+
+    def apply_charges(self, deltas: Mapping[charges.CounterKey, tuple[int, int]], now: datetime) -> None:
+        """Add what the rule decided (:mod:`quota_ledger.model.charges`) to the locked counters
+        of both tables."""
+        usages, identity = charges.split(deltas)
+        self.apply_counter_deltas(usages, now)
+        self.apply_identity_deltas(identity, now)
 
     def db_now(self) -> datetime:
         """The database clock."""

@@ -26,7 +26,7 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, batches, resolve
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import queues, tracking
+from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import DatabaseUnavailable, SchemaNotReady
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import ReservationState, StoredReservation
@@ -211,23 +211,18 @@ def expire_locked(
     scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
     limits = resolve.by_key(tx.lock_subtree_counters(partition, scopes, resources))
     scoped = applications.lock_of(tx, apps.values(), resources)
-    deltas: dict[int, tuple[int, int]] = {}
-    identity_deltas: dict[int, tuple[int, int]] = {}
+    asks = []
     for reservation in expiring:
-        for counter in resolve.counters_of(reservation, own, limits):
-            applications.add_delta(deltas, counter, 0, -reservation.resources[counter.resource])
+        counted = resolve.counters_of(reservation, own, limits)
         if (app := apps.get(applications.key_of(reservation))) is not None:
-            for named in applications.charges(app, scoped):
-                if (amount := reservation.resources.get(named.resource)) is not None:
-                    applications.add_delta(identity_deltas, named, 0, -amount)
-    for app in stopping:
-        for scope in queues.lineage(app.queue):
-            if (count := limits.get((scope, APPLICATIONS))) is not None:
-                applications.add_delta(deltas, count, -1, 0)
-        for named in applications.charges(app, scoped):
-            if named.resource == APPLICATIONS:
-                applications.add_delta(identity_deltas, named, -1, 0)
-    tx.apply_counter_deltas(deltas, now)
-    tx.apply_identity_deltas(identity_deltas, now)
+            counted += [c for c in applications.charges(app, scoped) if c.resource in reservation.resources]
+        asks.append(
+            charges.Ask(partition, charges.resolving(counted, reservation.resources, {}), enforced=False)
+        )
+    for app in stopping:  # leaves the running-application counts of its lineage, its user's and group's
+        counted = [c for scope in queues.lineage(app.queue) if (c := limits.get((scope, APPLICATIONS)))]
+        counted += [c for c in applications.charges(app, scoped) if c.resource == APPLICATIONS]
+        asks.append(charges.Ask(partition, charges.resolving(counted, {}, {}, stopped=True), enforced=False))
+    tx.apply_charges(charges.summed(charges.decide(asks)), now)
     resolve.leave_quotas(tx, in_force, stored, now)
     return tx.expire_reservations([r.id for r in expiring], now)

@@ -16,9 +16,8 @@ from datetime import UTC, datetime
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resolve
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import queues, tracking
+from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import IdempotencyConflict, UsageUnderflow
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import Reservation, ReservationState
 
@@ -152,12 +151,10 @@ def release_in_use(
     resources = [*amounts, *([APPLICATIONS] if stopped else [])]
     limits = tx.lock_subtree_counters(partition, queues.lineage(queue), resources)
     scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
-
-    def delta(c: Counter) -> tuple[int, int]:
-        return (-1, 0) if c.resource == APPLICATIONS else (-amounts[c.resource], 0)
-
-    tx.apply_counter_deltas({c.id: delta(c) for c in [*own.values(), *limits]}, now)
-    tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
+    given_back = charges.releasing([*own.values(), *limits, *scoped], amounts, stopped=stopped)
+    tx.apply_charges(
+        charges.decide_one(charges.Ask(partition, given_back, enforced=False)).admit().deltas, now
+    )
     tx.append_journal(
         partition,
         queue,

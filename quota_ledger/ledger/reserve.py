@@ -34,9 +34,8 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.batch_decision import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import arguments, queues, tracking, validation
-from quota_ledger.model import limits as limit_rules
-from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, OverQuota, PodMissingResources
+from quota_ledger.model import arguments, charges, queues, tracking, validation
+from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
@@ -211,17 +210,12 @@ def general(
     scoped = applications.lock_for_reserve(tx, in_force, app, requested, now) if app is not None else []
     quota_usage: dict[str, int] = request.kube["usage"]
     charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
-    broken = limit_rules.violations(partition, requested, [*limits, *scoped])
-    broken += resource_quotas.violations(partition, quota_usage, charged)
-    if broken and overruns is None:
-        raise OverQuota(broken)
+    counters = [*own, *limits, *scoped, *charged]
+    ask = charges.Ask(partition, charges.reserving(counters, requested, quota_usage), overruns is None)
+    decision = charges.decide_one(ask).admit()
     if overruns is not None:
-        overruns += broken
-    limit_rules.check_overflow(positive, [*own, *limits, *scoped])
-    limit_rules.check_overflow(quota_usage, charged, field="in_use")
-    tx.apply_counter_deltas({c.id: reserve_delta(c, requested) for c in [*own, *limits]}, now)
-    tx.apply_identity_deltas({c.id: reserve_delta(c, requested) for c in scoped}, now)
-    resource_quotas.charge(tx, charged, quota_usage, +1, now)
+        overruns += decision.violations
+    tx.apply_charges(decision.deltas, now)
     return reservation
 
 
@@ -255,8 +249,7 @@ def _lock_own(
         if not checked:
             chain = queues.lineage(request.queue)
             unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
-            if broken := limit_rules.violations(partition, requested, unlocked):
-                raise OverQuota(broken)
+            charges.decide_one(charges.Ask(partition, charges.reserving(unlocked, requested))).admit()
         # Only a resource the partition names nowhere yet can bring it over its bound of names.
         if tx.unnamed_resources(partition, request.resources):
             bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
@@ -266,13 +259,6 @@ def _lock_own(
         tx.insert_queue_counters(partition, sorted(set(pairs) - own.keys()), now)
         own = tx.lock_queue_counters(partition, pairs)
     return list(own.values())
-
-
-def reserve_delta(counter: Counter, requested: Mapping[str, int]) -> tuple[int, int]:
-    """A running-application count is in use at once; resources are reserved."""
-    if counter.resource == APPLICATIONS:
-        return requested[APPLICATIONS], 0
-    return 0, requested[counter.resource]
 
 
 # -- the PostgreSQL function path --------------------------------------------------------------

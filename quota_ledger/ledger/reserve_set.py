@@ -35,21 +35,20 @@ after it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
 from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import applications, reserve, reserve_set_tracking, resource_quotas
+from quota_ledger.ledger import reserve, reserve_set_tracking, resource_quotas
 from quota_ledger.ledger.batch_decision import Together, Undo
 from quota_ledger.ledger.reserve import Request
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import limits as limit_rules
-from quota_ledger.model import queues
-from quota_ledger.model.errors import CounterOverflow, QuotaLedgerError
+from quota_ledger.model import charges, queues
+from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import Reservation
@@ -191,28 +190,17 @@ def _admit(
     limits: Mapping[tuple[str, str], Counter],
     scoped: Mapping[Key, Counter],
 ) -> None:
-    """Admit the longest prefix of ``plan.members`` whose running totals fit, and sum what it
-    adds to each counter."""
+    """Admit the longest prefix of ``plan.members`` that the rule admits one after another,
+    and sum what it adds to each counter."""
+    asks = []
     for member in plan.members:
         requested = member.requested
-        counters = counters_of(member.request, own, limits, applications=APPLICATIONS in requested)
-        mine = [_after(c, plan.deltas) for c in counters]
-        theirs = [_after(scoped[key], plan.identity_deltas) for key in sorted(member.scoped) if key in scoped]
-        if limit_rules.violations(partition, requested, [*mine, *theirs]):
-            return
-        try:
-            limit_rules.check_overflow(member.request.resources, [*mine, *theirs])
-        except CounterOverflow:
-            return
-        for counter in mine:
-            applications.add_delta(plan.deltas, counter, *reserve.reserve_delta(counter, requested))
-        for counter in theirs:
-            applications.add_delta(plan.identity_deltas, counter, *reserve.reserve_delta(counter, requested))
+        mine = counters_of(member.request, own, limits, applications=APPLICATIONS in requested)
+        theirs = [scoped[key] for key in sorted(member.scoped) if key in scoped]
+        asks.append(charges.Ask(partition, charges.reserving([*mine, *theirs], requested)))
+    decided = charges.decide(asks)
+    for member, decision in zip(plan.members, decided, strict=True):
+        if not decision.admitted:
+            break
         plan.admitted.append(member)
-
-
-def _after(counter: Counter, deltas: Mapping[int, tuple[int, int]]) -> Counter:
-    """``counter`` with what the members admitted so far add to it."""
-    if (added := deltas.get(counter.id)) is None:
-        return counter
-    return replace(counter, in_use=counter.in_use + added[0], reserved=counter.reserved + added[1])
+    plan.deltas, plan.identity_deltas = charges.split(charges.summed(decided[: len(plan.admitted)]))

@@ -28,8 +28,7 @@ from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.batch_decision import Many, Quick
 from quota_ledger.ledger.rules import CompiledRules
-from quota_ledger.model import arguments, queues, tracking
-from quota_ledger.model import limits as limit_rules
+from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
@@ -133,15 +132,10 @@ def resolve(
     limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
     counters = counters_of(reservation, own, by_key(limits), applications=stopped)
     scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
-    limit_rules.check_overflow(committed, [*counters, *scoped], field="in_use")
-
-    def delta(c: Counter) -> tuple[int, int]:
-        if c.resource == APPLICATIONS:
-            return -1, 0
-        return committed.get(c.resource, 0), -reservation.resources[c.resource]
-
-    tx.apply_counter_deltas({c.id: delta(c) for c in counters}, now)
-    tx.apply_identity_deltas({c.id: delta(c) for c in scoped}, now)
+    resolved = charges.resolving([*counters, *scoped], reservation.resources, committed, stopped=stopped)
+    tx.apply_charges(
+        charges.decide_one(charges.Ask(reservation.partition, resolved, enforced=False)).admit().deltas, now
+    )
     if state is not ReservationState.COMMITTED and rules is not None:
         leave_quotas(tx, rules, [stored], now)
     return replace(
@@ -167,14 +161,17 @@ def leave_quotas(
     queue_set = {each.reservation.queue for each, _ in by_quota}
     resources = {name for each, _ in by_quota for name in (each.kube or {}).get("usage", {})}
     counters = tx.lock_identity_counters(rules.name, names, queue_set, resources)
-    deltas: dict[int, tuple[int, int]] = {}
+    asks = []
     for each, quotas in by_quota:
         keys = {q.key for q in quotas}
         usage = (each.kube or {})["usage"]
-        for counter in counters:
-            if counter.name in keys and counter.scope == each.reservation.queue and counter.resource in usage:
-                applications.add_delta(deltas, counter, -usage[counter.resource], 0)
-    tx.apply_identity_deltas(deltas, now)
+        counted = [
+            c
+            for c in counters
+            if c.name in keys and c.scope == each.reservation.queue and c.resource in usage
+        ]
+        asks.append(charges.Ask(rules.name, charges.leaving_quotas(counted, usage), enforced=False))
+    tx.apply_charges(charges.summed(charges.decide(asks)), now)
 
 
 def locked(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:

@@ -33,9 +33,8 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
 from quota_ledger.ledger.batch_decision import Together, Undo
 from quota_ledger.ledger.resolve import by_key, counters_of
-from quota_ledger.model import limits as limit_rules
-from quota_ledger.model import queues, tracking
-from quota_ledger.model.errors import CounterOverflow, ReservationStateError
+from quota_ledger.model import charges, queues, tracking
+from quota_ledger.model.errors import ReservationStateError
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation, ReservationState
@@ -81,25 +80,22 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
         for p in partitions
     }
     identity = {p: _lock_identity(tx, apps, [r for r in mine if r.partition == p]) for p in partitions}
-    deltas: dict[int, tuple[int, int]] = {}  # counter id -> (d_in_use, d_reserved) so far
-    identity_deltas: dict[int, tuple[int, int]] = {}  # the same, of user/group counters
-    moved: dict[AppKey, AppState] = {}
-    outcomes: dict[int, Outcome] = {}
-    journal: list[dict[str, Any]] = []
+    asks = []
+    apps_of: list[AppState | None] = []
     for reservation in mine:
         counters = counters_of(reservation, own[reservation.partition], limits[reservation.partition])
         app = apps.get(_app_key(reservation)) if _tracked(reservation) else None
         scoped = [] if app is None else _charged(app, reservation, identity[reservation.partition])
-        try:
-            limit_rules.check_overflow(
-                reservation.resources,
-                [*_after(counters, deltas), *_after(scoped, identity_deltas)],
-                field="in_use",
-            )
-        except CounterOverflow:
-            continue  # its step raises it; its application row is not moved
-        _charge(deltas, counters, reservation.resources)
-        _charge(identity_deltas, scoped, reservation.resources)
+        moves = charges.resolving([*counters, *scoped], reservation.resources, reservation.resources)
+        asks.append(charges.Ask(reservation.partition, moves, enforced=False))
+        apps_of.append(app)
+    decided = charges.decide(asks)
+    moved: dict[AppKey, AppState] = {}
+    outcomes: dict[int, Outcome] = {}
+    journal: list[dict[str, Any]] = []
+    for reservation, app, decision in zip(mine, apps_of, decided, strict=True):
+        if not decision.admitted:
+            continue  # past the bigint range: its step raises it; its application row is not moved
         if app is not None:
             tracking.resolve(app, reservation.resources, reservation.resources, now)
             moved[_app_key(reservation)] = app
@@ -131,8 +127,7 @@ def decide(tx: LedgerTx, commits: Sequence[tuple[str, str]]) -> dict[int, Outcom
         with tx.writes_together():
             tx.append_journal_rows(journal)
             tx.update_apps(moved[key] for key in sorted(moved))
-            tx.apply_counter_deltas(deltas, now)
-            tx.apply_identity_deltas(identity_deltas, now)
+            tx.apply_charges(charges.summed(decided), now)
     undo.release()
     return outcomes
 
@@ -181,24 +176,5 @@ def _charged(app: AppState, reservation: Reservation, counters: Iterable[Counter
     return [c for c in applications.charges(app, counters) if c.resource in reservation.resources]
 
 
-def _charge(
-    deltas: dict[int, tuple[int, int]], counters: Iterable[Counter], amounts: Mapping[str, int]
-) -> None:
-    """Move ``amounts`` from reserved to in use on ``counters``, in ``deltas``."""
-    for counter in counters:
-        amount = amounts[counter.resource]
-        applications.add_delta(deltas, counter, amount, -amount)
-
-
 def _pairs(reservations: Sequence[Reservation], partition: str) -> set[tuple[str, str]]:
     return {(r.queue, res) for r in reservations if r.partition == partition for res in r.resources}
-
-
-def _after(counters: list[Counter], deltas: Mapping[int, tuple[int, int]]) -> list[Counter]:
-    """The counters as they stand after the commits decided so far."""
-    return [
-        replace(c, in_use=c.in_use + deltas[c.id][0], reserved=c.reserved + deltas[c.id][1])
-        if c.id in deltas
-        else c
-        for c in counters
-    ]

@@ -12,7 +12,6 @@ Lock order after the user/group counters: quota counters, sorted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,10 +21,8 @@ from quota_ledger.kube import admission
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import ResourceQuota
-from quota_ledger.model import limits as limit_rules
 from quota_ledger.model.errors import MissingCoveringQuota, PodMissingResources, ResourceQuotaNotFound
 from quota_ledger.model.limits import Counter
-from quota_ledger.model.values import Violation
 
 KubeEdit = Callable[[dict[str, Any]], None]
 
@@ -88,17 +85,6 @@ def lock(
         partition, {(QUOTA, key) for key, _ in wanted}, [queue], {name for _, name in wanted}
     )
     return [c for c in found if (c.name, c.resource) in wanted]
-
-
-def violations(partition: str, usage: Mapping[str, int], counters: Iterable[Counter]) -> list[Violation]:
-    """Quotas the usage does not fit (equality is allowed), scoped by ``namespace/name``."""
-    return [replace(v, scope=v.name or v.scope) for v in limit_rules.violations(partition, usage, counters)]
-
-
-def charge(
-    tx: LedgerTx, counters: Iterable[Counter], usage: Mapping[str, int], sign: int, now: datetime
-) -> None:
-    tx.apply_identity_deltas({c.id: (sign * usage[c.resource], 0) for c in counters}, now)
 
 
 def desired(
