@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import configure, group_commit
+from quota_ledger.ledger.paths import Paths
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
@@ -54,6 +55,8 @@ class EngineBase:
     rules: CompiledRules
     #: with ``batching``: the queue and flusher that decide many requests per transaction
     group_commit: group_commit.GroupCommit | None
+    #: which decider decides each operation
+    paths: Paths
 
     def decide(self, operation: Operation[T]) -> T:
         """Decide a prepared operation (``prepare_*``): in a transaction of its own, or with
@@ -85,16 +88,6 @@ class EngineBase:
     def _decide(self, step: Callable[[LedgerTx], T]) -> T:
         """Run ``step`` in a transaction of its own, or in the next batch with batching."""
         return self.decide(Operation(group_commit.Request(step)))
-
-    @property
-    def _functions(self) -> bool:
-        """Whether a batch may decide requests by function calls (PostgreSQL, with batching)."""
-        return self.group_commit is not None and self.group_commit.functions
-
-    @property
-    def _sets(self) -> bool:
-        """Whether a batch may decide requests as sets in Python (batching off PostgreSQL)."""
-        return self.group_commit is not None and self.driver.backend != "postgresql"
 
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:

@@ -19,6 +19,7 @@ from quota_ledger.engine.maintenance import Maintenance
 from quota_ledger.engine.reservations import Reservations
 from quota_ledger.engine.usage import UsageReports
 from quota_ledger.ledger import group_commit
+from quota_ledger.ledger.paths import Paths
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
@@ -57,6 +58,7 @@ class QuotaEngine(Reservations, Configuration, KubernetesObjects, UsageReports, 
         )
         self.rules = CompiledRules()
         self.group_commit = group_commit.GroupCommit(driver, max_batch) if batching else None
+        self.paths = Paths(driver, self.rules, self.bounds, self.group_commit)
 
     @classmethod
     def from_url(

@@ -45,6 +45,7 @@ class Maintenance(EngineBase):
             workers=workers,
             pacer=batches.Pacer(max_rate),
             set_aside=set_aside if set_aside is not None else batches.SetAside(),
+            by_function=self.paths.functions,
         )
 
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:

@@ -13,7 +13,7 @@ from quota_ledger.config import typos
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
-from quota_ledger.ledger import group_commit, reads, release, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger import group_commit, reads, release, reserve, resolve
 from quota_ledger.ledger.reserve import Request as ReserveRequest
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest, ReservationNotFound, ReservationStateError
@@ -309,22 +309,7 @@ class Reservations(EngineBase):
         """:meth:`commit` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
         amounts = None if resources is None else self._bounded(resources, self.bounds.request)
-        operation_id = str(uuid.uuid4())
-        step = partial(
-            resolve.commit_general,
-            rules=self.rules,
-            reservation_id=reservation_id,
-            amounts=amounts,
-            operation_id=operation_id,
-        )
-        fast = None
-        if amounts is None and self._functions:
-            fast = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
-        alone = partial(self._commit_alone, reservation_id, amounts, operation_id)
-        together = None
-        if amounts is None and self._sets:
-            together = resolve_set.together(reservation_id, operation_id)
-        request = group_commit.Request(step, fast=fast, alone=alone, together=together)
+        request = self.paths.commit(reservation_id, amounts, str(uuid.uuid4()))
         return Operation(request, resolve.raise_expired)
 
     def rollback(self, reservation_id: str) -> Reservation:
@@ -408,23 +393,13 @@ class Reservations(EngineBase):
         return self.release_reservation(self.get_by_key(lookup, partition=partition).id, finished=finished)
 
     def _reservation(self, request: ReserveRequest) -> Operation[Reservation]:
-        step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
-        fast = partial(reserve.by_function_in, rules=self.rules, request=request) if self._functions else None
-        alone = partial(reserve.reserve, self.driver, self.rules, self.bounds, request)
-        together = reserve_set.together(self.rules, request) if self._sets else None
-        order = (request.partition, request.queue)
         finish = None
         if request.checks_names:  # a queue and resources typed by hand (a pod's come from its manifest)
             # The rules this engine compiled last, in memory: a few set lookups when all is known.
             known = self.rules.known(self.driver.run).partition(request.partition)
             said = typos.warnings(known, request.queue, request.resources)
             finish = partial(_warned, said) if said else None
-        return Operation(group_commit.Request(step, order, fast, alone, together), finish)
-
-    def _commit_alone(
-        self, reservation_id: str, amounts: dict[str, int] | None, operation_id: str
-    ) -> tuple[Reservation, bool]:
-        return resolve.commit(self.driver, self.rules, reservation_id, amounts, operation_id), False
+        return Operation(self.paths.reserve(request), finish)
 
 
 def recharge_key(uid: str) -> str:

@@ -46,11 +46,13 @@ def sweep(
     workers: int,
     pacer: batches.Pacer,
     set_aside: batches.SetAside,
+    by_function: bool,
 ) -> int:
-    """Expire what has run out in every partition, but what ``set_aside`` holds; how many."""
+    """Expire what has run out in every partition, but what ``set_aside`` holds; how many.
+    ``by_function``: plain reservations first by ``ledger_expire`` (see :mod:`.paths`)."""
     total = 0
     for partition in driver.partitions():
-        if driver.functions and not set_aside.ids(partition):
+        if by_function and not set_aside.ids(partition):
             fast = partial(function_batch_or_none, driver, rules, partition, batch_size)
             total += batches.run(fast, batch_size, budget, workers, pacer)
         general = partial(bisected_batch, driver, rules, partition, batch_size, set_aside)

@@ -143,16 +143,16 @@ def refusal(rules: PartitionRules, request: Request) -> InvalidRequest | None:
     return typos.in_request(rules, request.queue, request.resources).refusal()
 
 
-def reserve(
+def by_function_or_general(
     driver: DbQuotaDriver, rules: CompiledRules, bounds: validation.Bounds, request: Request
 ) -> Reservation:
-    """Reserve ``request`` (the function path first where there is one), or raise the refusal."""
-    if driver.functions and request.resources:
-        created = _by_function(driver, rules.known(driver.run), request)
-        if created is not None:
-            return request.pending(created)
-        # Declined: nothing was written, unless a lost connection hid our own commit; then
-        # the insert below meets our id and the retry finds the reservation.
+    """Reserve ``request`` alone by the server function, or by the general path where the
+    function declines (:mod:`.paths` chooses this for PostgreSQL); raises the refusal."""
+    created = _by_function(driver, rules.known(driver.run), request)
+    if created is not None:
+        return request.pending(created)
+    # Declined: nothing was written, unless a lost connection hid our own commit; then the
+    # insert of the general path meets our id and its retry finds the reservation.
     return driver.run(lambda tx: general(tx, rules, bounds, request))
 
 

@@ -183,21 +183,16 @@ def locked(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, dateti
 
 
 # -- commit ------------------------------------------------------------------------------------
-def commit(
-    driver: DbQuotaDriver,
-    rules: CompiledRules,
-    reservation_id: str,
-    amounts: Mapping[str, int] | None,
-    operation_id: str,
-) -> Reservation:
-    """Commit a pending reservation (``amounts``: part of it, None: all of it)."""
-    if amounts is None and driver.functions:
-        done = commit_by_function(driver, reservation_id, operation_id)
-        if done is not None:
-            return done
-    return raise_expired(
-        driver.run(lambda tx: commit_general(tx, rules, reservation_id, amounts, operation_id))
-    )
+def by_function_or_general(
+    driver: DbQuotaDriver, rules: CompiledRules, reservation_id: str, operation_id: str
+) -> tuple[Reservation, bool]:
+    """Commit a pending reservation whole by the server function, or by the general path where
+    the function declines (:mod:`.paths` chooses this for PostgreSQL); an outcome of
+    :func:`commit_general`."""
+    done = commit_by_function(driver, reservation_id, operation_id)
+    if done is not None:
+        return done, False
+    return driver.run(lambda tx: commit_general(tx, rules, reservation_id, None, operation_id))
 
 
 def raise_expired(outcome: tuple[Reservation, bool]) -> Reservation:

@@ -1,0 +1,100 @@
+"""Which decider decides each operation: chosen here, and nowhere else.
+
+The rule (:mod:`quota_ledger.model.charges`) decides on every backend: an operation's step
+(``reserve.general``, ``resolve.commit_general``, ...) locks its counters and asks the rule.
+Two things may decide instead, for speed, and both decide as the rule would:
+
+- on PostgreSQL, where the ledger's functions are installed (``DbQuotaDriver.functions``, off
+  for a schema before them), a server function: one call for a request alone, and with
+  batching one call for a batch's reserves of a partition and one for its whole commits
+  (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
+  header, and the step then decides);
+- with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition, and its
+  whole commits, decided by the rule together (:mod:`.reserve_set`, :mod:`.resolve_set`).
+
+:class:`Paths` is built once per engine from the driver and the batching setting and hands each
+operation its group-commit request (:class:`.group_commit.Request`): the step, and the function
+call or set that may decide it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.ledger import group_commit, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger.reserve import Request
+from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.model import validation
+from quota_ledger.model.values import Reservation
+
+
+class Paths:
+    """The deciders of one engine's operations."""
+
+    def __init__(
+        self,
+        driver: DbQuotaDriver,
+        rules: CompiledRules,
+        bounds: validation.Bounds,
+        batching: group_commit.GroupCommit | None,
+    ) -> None:
+        self.driver = driver
+        self.rules = rules
+        self.bounds = bounds
+        self.batching = batching
+
+    @property
+    def functions(self) -> bool:
+        """Whether a server function may decide a request alone, or expire a batch of plain
+        reservations (PostgreSQL, installed)."""
+        return self.driver.functions
+
+    @property
+    def batch_functions(self) -> bool:
+        """Whether a batch may be decided by server function calls (asked once)."""
+        return self.batching is not None and self.batching.functions
+
+    @property
+    def sets(self) -> bool:
+        """Whether a batch may decide requests as sets of the rule (batching, not PostgreSQL)."""
+        return self.batching is not None and self.driver.backend != "postgresql"
+
+    def reserve(self, request: Request) -> group_commit.Request[Reservation]:
+        step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
+        batch_call = partial(reserve.by_function_in, rules=self.rules, request=request)
+        alone = None
+        if self.functions and request.resources:
+            alone = partial(reserve.by_function_or_general, self.driver, self.rules, self.bounds, request)
+        return group_commit.Request(
+            step,
+            (request.partition, request.queue),
+            batch_call if self.batch_functions else None,
+            alone,
+            reserve_set.together(self.rules, request) if self.sets else None,
+        )
+
+    def commit(
+        self, reservation_id: str, amounts: Mapping[str, int] | None, operation_id: str
+    ) -> group_commit.Request[resolve_set.Outcome]:
+        step = partial(
+            resolve.commit_general,
+            rules=self.rules,
+            reservation_id=reservation_id,
+            amounts=amounts,
+            operation_id=operation_id,
+        )
+        whole = amounts is None
+        batch_call = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
+        alone = None
+        if whole and self.functions:
+            alone = partial(
+                resolve.by_function_or_general, self.driver, self.rules, reservation_id, operation_id
+            )
+        return group_commit.Request(
+            step,
+            fast=batch_call if whole and self.batch_functions else None,
+            alone=alone,
+            together=resolve_set.together(reservation_id, operation_id) if whole and self.sets else None,
+        )
