@@ -4,14 +4,17 @@ passed in."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from quota_ledger.env_settings import EnvSettings
 
 
-class ReconcilerSettings(BaseSettings):
+class ReconcilerSettings(EnvSettings):
     """``QUOTA_LEDGER_RECONCILE_RELIST_EVERY``, ``QUOTA_LEDGER_RECONCILE_LEASE_NAME``, ..."""
 
-    model_config = SettingsConfigDict(env_prefix="QUOTA_LEDGER_RECONCILE_", extra="ignore")
+    env_prefix: ClassVar[str] = "QUOTA_LEDGER_RECONCILE_"
 
     relist_every: float = Field(300.0, gt=0, description="seconds between full relists of each kind")
     pending_grace: float = Field(

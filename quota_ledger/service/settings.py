@@ -3,11 +3,11 @@ the environment itself."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quota_ledger.env_settings import EnvSettings
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.service import location
@@ -23,10 +23,12 @@ class UnusableSetting(InvalidRequest):
         super().__init__(message, field=setting)
 
 
-class Settings(BaseSettings):
-    """``QUOTA_LEDGER_DB``, ``QUOTA_LEDGER_DEFAULT_TTL``, ``QUOTA_LEDGER_SWEEP_INTERVAL``, ..."""
+class Settings(EnvSettings):
+    """``QUOTA_LEDGER_DB``, ``QUOTA_LEDGER_DEFAULT_TTL``, ``QUOTA_LEDGER_SWEEP_INTERVAL``, ...;
+    keyword arguments win over the environment, which wins over the settings file
+    (``_env_file``, see :class:`~quota_ledger.env_settings.EnvSettings`)."""
 
-    model_config = SettingsConfigDict(env_prefix="QUOTA_LEDGER_", extra="ignore")
+    env_prefix: ClassVar[str] = "QUOTA_LEDGER_"
 
     db: str = Field(
         default_factory=location.default_db_url,
