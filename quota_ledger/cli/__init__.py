@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from quota_ledger.cli.app import main
+from quota_ledger.cli.app import console_main, main
 
-__all__ = ["main"]
+__all__ = ["console_main", "main"]

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from quota_ledger.cli.app import main
+from quota_ledger.cli.app import console_main
 
-sys.exit(main())
+sys.exit(console_main())

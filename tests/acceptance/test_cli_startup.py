@@ -116,3 +116,35 @@ print(seen, gc.isenabled(), code)
         check=False,
     )
     assert result.stdout.splitlines()[-1] == "[False, True] True 0", result.stderr
+
+
+def test_the_objects_of_the_ledger_modules_stay_frozen_while_the_command_runs_and_at_exit(
+    tmp_path: Path,
+) -> None:
+    """The objects the ledger's modules made are frozen (gc.freeze) while the command runs, so the
+    collector's first run does not walk them all; ``main`` unfreezes them for its caller, the
+    ``quota-ledger`` program (``console_main``) leaves them frozen for the interpreter's exit."""
+    probe = """
+import gc, sys
+from quota_ledger.cli import console_main, ledger_commands, main
+
+seen = []
+show = ledger_commands._usage
+ledger_commands._usage = lambda *a: seen.append(gc.get_freeze_count() > 10_000) or show(*a)
+code = main(sys.argv[1:])
+after_main = gc.get_freeze_count()
+program = console_main()  # the same command line, sys.argv's
+print(seen, after_main, gc.get_freeze_count() > 10_000, code, program)
+"""
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "quota_ledger.cli", "--db", db, "db", "upgrade"], check=True, timeout=120
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "--db", db, "usage"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.stdout.splitlines()[-1] == "[True, True] 0 True 0 0", result.stderr
