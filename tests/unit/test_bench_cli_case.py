@@ -38,6 +38,7 @@ def test_the_report_gives_each_command_its_median_beside_its_target() -> None:
     assert "PYTHONDONTWRITEBYTECODE set" in lines[1]
     assert "| `quota-ledger --help` | 0.120 | < 0.25 s ✓ |" in "\n".join(lines)
     assert "| `quota-ledger --db sqlite:///… usage` | 0.500 | < 0.4 s ✗ |" in "\n".join(lines)
+    assert "bytecode compiled first" in cli.section({**found, "bytecode_cached": True})[1]
     assert set(cli.COMMANDS) == {"--help", "--version", "usage"}
     assert cli.RUNS == 5
     assert report.cli is cli
