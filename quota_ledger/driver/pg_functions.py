@@ -11,10 +11,16 @@ general path, which stays the one source of truth for refusals and errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, exc
+
+from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key
+from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.model.requests import Identity, ReserveRequest
 
 # psycopg is imported by the call, not with this module: SQLite and MariaDB never load it.
 
@@ -105,3 +111,135 @@ def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | Non
             ) from error
     finally:
         proxied.close()
+
+
+def reserve_params(
+    request: ReserveRequest, version: int, charges: Sequence[tuple[str, str, int]], identity: Identity
+) -> dict[str, Any]:
+    """The arguments of ``ledger_reserve`` for ``request`` under configuration ``version``,
+    charged to the ResourceQuota counters ``charges`` names and the counters of ``identity``."""
+    resources = request.resources
+    names = sorted(resources)
+    counters = identity.counters
+    ttl = timedelta(seconds=request.ttl_seconds)
+    return {
+        "id": request.reservation_id,
+        "partition": request.partition,
+        "key": request.key,
+        "request_hash": request.request_hash,
+        "queue": request.queue,
+        "resources": names,
+        "amounts": [resources[name] for name in names],
+        "ttl_us": ttl // timedelta(microseconds=1),
+        "priority_class": request.priority_class,
+        "kube": json.dumps(request.kube, sort_keys=True, separators=(",", ":")),
+        "version": version,
+        "ns": ADVISORY_NAMESPACE,
+        "k": advisory_key(request.partition),
+        "quota_names": [key for key, _, _ in charges],
+        "quota_resources": [name for _, name, _ in charges],
+        "quota_amounts": [amount for _, _, amount in charges],
+        "user": identity.user,
+        "groups": json.dumps(list(identity.groups)) if identity.groups else None,
+        "application": identity.application,
+        "app_key": identity.app_key,
+        "group": identity.group,
+        "id_kinds": [c[0] for c in counters],
+        "id_names": [c[1] for c in counters],
+        "id_queues": [c[2] for c in counters],
+        "id_resources": [c[3] for c in counters],
+        "id_amounts": [c[4] for c in counters],
+        "id_limits": [c[5] for c in counters],
+    }
+
+
+def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
+    """One call of ``ledger_reserve_many`` for requests of one partition and configuration
+    version, from the parameters of their own calls (:func:`reserve_params`): each request's
+    items, user/group counters and ResourceQuota charges flattened, each with its request's place
+    (1-based). It never aborts the transaction, so needs no ``guard``."""
+    first = calls[0]
+    numbered = list(enumerate(calls, 1))
+    return Call(
+        RESERVE_MANY,
+        {
+            "partition": first["partition"],
+            "version": first["version"],
+            "ns": first["ns"],
+            "k": first["k"],
+            "ids": [c["id"] for c in calls],
+            "keys": [c["key"] for c in calls],
+            "request_hashes": [c["request_hash"] for c in calls],
+            "queues": [c["queue"] for c in calls],
+            "groups": [c["groups"] for c in calls],
+            "ttl_us": [c["ttl_us"] for c in calls],
+            "priority_classes": [c["priority_class"] for c in calls],
+            "kubes": [c["kube"] for c in calls],
+            "users": [c["user"] for c in calls],
+            "applications": [c["application"] for c in calls],
+            "app_keys": [c["app_key"] for c in calls],
+            "app_groups": [c["group"] for c in calls],
+            "item_owners": [n for n, c in numbered for _ in c["resources"]],
+            "item_resources": [r for c in calls for r in c["resources"]],
+            "item_amounts": [a for c in calls for a in c["amounts"]],
+            "id_owners": [n for n, c in numbered for _ in c["id_kinds"]],
+            **{f"id_{f}": [v for c in calls for v in c[f"id_{f}"]] for f in _ID_FIELDS},
+            "quota_owners": [n for n, c in numbered for _ in c["quota_names"]],
+            **{f"quota_{f}": [v for c in calls for v in c[f"quota_{f}"]] for f in _QUOTA_FIELDS},
+        },
+    )
+
+
+_ID_FIELDS = ("kinds", "names", "queues", "resources", "amounts", "limits")
+_QUOTA_FIELDS = ("names", "resources", "amounts")
+
+
+def reserve_call(params: Mapping[str, Any], *, guarded: bool) -> Call:
+    """One request's ``ledger_reserve`` call in a batch; ``guarded``: ``ledger_try_reserve``,
+    which declines without aborting the transaction."""
+    return Call(TRY_RESERVE if guarded else RESERVE, params)
+
+
+def commit_params(reservation_id: str, operation_id: str) -> dict[str, Any]:
+    return {"id": reservation_id, "op": operation_id}
+
+
+def commit_call(params: Mapping[str, Any], *, guarded: bool) -> Call:
+    """One whole commit's ``ledger_commit`` call in a batch (``guarded``: ``ledger_try_commit``)."""
+    return Call(TRY_COMMIT if guarded else COMMIT, params)
+
+
+def commit_many(calls: list[Mapping[str, Any]], guard: bool) -> Call:
+    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters;
+    ``guard``: a tracked one without its application row is declined alone (else the call
+    aborts, as ``ledger_commit`` would)."""
+    ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
+    return Call(COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
+
+
+def expire_params(partition: str, limit: int, skip: Sequence[str], version: int) -> dict[str, Any]:
+    """The arguments of ``ledger_expire``: up to ``limit`` plain reservations of ``partition``,
+    none in a queue of ``skip``, while configuration ``version`` is in force."""
+    return {
+        "partition": partition,
+        "limit": limit,
+        "skip": list(skip),
+        "version": version,
+        "ns": ADVISORY_NAMESPACE,
+        "k": advisory_key(partition),
+    }
+
+
+class Declined(Exception):
+    """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
+
+
+def pipelined(fast: FastPath, calls: Sequence[Call], *, plain: bool) -> list[list[Any]]:
+    """Send ``calls`` in one round trip (:meth:`FastPath.pipelined`); each one's rows.
+    ``plain``: a call that declines aborts the transaction and raises :class:`Declined`."""
+    try:
+        return fast.pipelined(calls)
+    except exc.DBAPIError as error:
+        if plain and getattr(error.orig, "sqlstate", None) == DECLINED:
+            raise Declined() from error
+        raise

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, bindparam, exc, func, select
 from sqlalchemy.engine import NestedTransaction
 
 from quota_ledger.driver import dialect, inline
@@ -51,6 +51,7 @@ from quota_ledger.driver.pg_fast import FastPath
 from quota_ledger.driver.reservations import ReservationStatements
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.model import charges
+from quota_ledger.model.errors import QuotaLedgerError
 
 # -- partition (step 2) ------------------------------------------------------------------------
 # lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
@@ -143,3 +144,47 @@ class LedgerTx(
     def db_now(self) -> datetime:
         """The database clock."""
         return self.conn.execute(_DB_NOW).scalar_one()  # type: ignore[no-any-return]
+
+
+class Undo:
+    """A set's savepoint, taken before its first write: :meth:`on_failure` goes back to it when
+    the set fails with an error that leaves the transaction usable (a ledger error, a database
+    error the database meant); :meth:`rollback` goes back to it so that the set can be decided
+    again; :meth:`release` keeps what the set wrote."""
+
+    def __init__(self, tx: LedgerTx) -> None:
+        self.tx = tx
+        self.savepoint: NestedTransaction | None = None
+
+    def before_write(self) -> None:
+        if self.savepoint is None:
+            self.savepoint = self.tx.conn.begin_nested()
+
+    def rollback(self) -> None:
+        if self.savepoint is not None:
+            self.savepoint.rollback()
+            self.savepoint = None
+
+    def release(self) -> None:
+        if self.savepoint is not None:
+            self.savepoint.commit()
+            self.savepoint = None
+
+    @contextmanager
+    def on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:
+            if set_failed(error):
+                self.rollback()  # (a conflict or a lost connection fails the whole attempt)
+            raise
+
+
+def set_failed(error: Exception) -> bool:
+    """Whether ``error`` fails a set but leaves its transaction usable, so that the set is
+    undone and its requests' steps decide them: a ledger error, or a database error the
+    database meant (not a conflict or a lost connection: those fail the attempt, which the
+    driver runs again)."""
+    if isinstance(error, QuotaLedgerError):
+        return True
+    return isinstance(error, exc.DBAPIError) and dialect.classify(error) == dialect.FATAL

@@ -14,9 +14,9 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
 from quota_ledger.kube import pods
 from quota_ledger.ledger import group_commit, reads, release, reserve, resolve
-from quota_ledger.ledger.reserve import Request as ReserveRequest
-from quota_ledger.model import validation
+from quota_ledger.model import requests, validation
 from quota_ledger.model.errors import InvalidRequest, ReservationNotFound, ReservationStateError
+from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Charged, PodCharge, Reservation, ReservationState, Violation
 
 #: what :func:`recharge_key` appends to a pod's uid (a uid never holds a space)
@@ -109,7 +109,7 @@ class Reservations(EngineBase):
             best_effort=derived.best_effort if best_effort is None else best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
         )
-        request = reserve.build(
+        request = requests.build(
             partition=partition,
             queue=queue,
             resources=positive,
@@ -261,7 +261,7 @@ class Reservations(EngineBase):
         ttl: float | timedelta | None,
         key: str | None,
     ) -> ReserveRequest:
-        return reserve.build(
+        return requests.build(
             partition=partition,
             queue=queue,
             resources=request.resources,

@@ -16,8 +16,8 @@ keyless reserves of one partition, tracked ones and first uses included, the who
 decided by one Python function for all of them, with a few statements whatever their number,
 before any step. What it leaves out, its request's step decides. A ledger error, or a database
 error that is not a conflict or a lost connection, undoes the set and leaves every request of
-it to its step: the set takes a savepoint before its first write (an :class:`Undo`) and goes
-back to it, so a set that only reads, or fails before it writes, costs no savepoint.
+it to its step: the set takes a savepoint before its first write (a driver ``Undo``) and
+goes back to it, so a set that only reads, or fails before it writes, costs no savepoint.
 
 A request whose step raises a ledger error (:class:`OverQuota`, :class:`ReservationNotFound`,
 ...) is rolled back to its own savepoint and leaves the others alone.
@@ -26,17 +26,13 @@ A request whose step raises a ledger error (:class:`OverQuota`, :class:`Reservat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy import exc
-from sqlalchemy.engine import NestedTransaction
-
-from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_fast import Call, FastPath
-from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.tx import LedgerTx, set_failed
 from quota_ledger.model.errors import QuotaLedgerError
 
 T = TypeVar("T")
@@ -81,56 +77,8 @@ class Together(Generic[T]):
 
     group: tuple[Any, ...]
     member: Any
-    #: undoes what it wrote when it raises (see :class:`Undo`)
+    #: undoes what it wrote when it raises (see :class:`~quota_ledger.driver.tx.Undo`)
     decide: Callable[[LedgerTx, list[Any]], Mapping[int, T]]
-
-
-class Undo:
-    """A set's savepoint, taken before its first write: :meth:`on_failure` goes back to it when
-    the set fails with an error that leaves the transaction usable (a ledger error, a database
-    error the database meant); :meth:`rollback` goes back to it so that the set can be decided
-    again; :meth:`release` keeps what the set wrote."""
-
-    def __init__(self, tx: LedgerTx) -> None:
-        self.tx = tx
-        self.savepoint: NestedTransaction | None = None
-
-    def before_write(self) -> None:
-        if self.savepoint is None:
-            self.savepoint = self.tx.conn.begin_nested()
-
-    def rollback(self) -> None:
-        if self.savepoint is not None:
-            self.savepoint.rollback()
-            self.savepoint = None
-
-    def release(self) -> None:
-        if self.savepoint is not None:
-            self.savepoint.commit()
-            self.savepoint = None
-
-    @contextmanager
-    def on_failure(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as error:
-            if set_failed(error):
-                self.rollback()  # (a conflict or a lost connection fails the whole attempt)
-            raise
-
-
-def set_failed(error: Exception) -> bool:
-    """Whether ``error`` fails a set but leaves its transaction usable, so that the set is
-    undone and its requests' steps decide them: a ledger error, or a database error the
-    database meant (not a conflict or a lost connection: those fail the attempt, which the
-    driver runs again)."""
-    if isinstance(error, QuotaLedgerError):
-        return True
-    return isinstance(error, exc.DBAPIError) and dialect.classify(error) == dialect.FATAL
-
-
-class Declined(Exception):
-    """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
 
 
 class Refused:
@@ -161,7 +109,7 @@ def decide(tx: LedgerTx, jobs: Sequence[Job], *, plain: bool) -> list[Any]:
     off PostgreSQL the sets of jobs decided together; then, in order, the step of every other
     job and of every job whose call or set left it out, each in its own savepoint. That is the
     order the batch decides them in.
-    ``plain``: calls that abort the transaction when they decline (:class:`Declined`)."""
+    ``plain``: calls that abort the transaction when they decline (``pg_functions.Declined``)."""
     decided: dict[int, Any] = {}
     planned: list[tuple[int, Quick[Any]]] = []
     for i, job in enumerate(jobs):
@@ -204,7 +152,7 @@ def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> Non
     ``decide`` (sets in the order of their first job), and put what it decided in ``decided``.
     A set that raises a ledger error or a database error the database meant (not a conflict or
     a lost connection: those fail the attempt, which the driver runs again) has undone what it
-    wrote (:class:`Undo`): its jobs' steps decide them."""
+    wrote (:class:`~quota_ledger.driver.tx.Undo`): its jobs' steps decide them."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, job in enumerate(jobs):
         if job.together is not None and i not in decided:
@@ -233,13 +181,8 @@ Sends = list[tuple[Call, Planned, bool]]
 def _call(fast: FastPath, sends: Sends, decided: dict[int, Any], *, plain: bool) -> Planned:
     """Send ``sends`` in one round trip and put what they decided in ``decided``; the requests
     that a call for many declined. ``plain``: a decline that aborts the transaction raises
-    :class:`Declined`."""
-    try:
-        answers = fast.pipelined([call for call, _, _ in sends])
-    except exc.DBAPIError as error:
-        if plain and getattr(error.orig, "sqlstate", None) == pg_functions.DECLINED:
-            raise Declined() from error
-        raise
+    :class:`~quota_ledger.driver.pg_functions.Declined`."""
+    answers = pg_functions.pipelined(fast, [call for call, _, _ in sends], plain=plain)
     aside: Planned = []
     for (_, members, together), rows in zip(sends, answers, strict=True):
         # a call for many answers with a row for each it decided, ending with its place

@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from functools import partial
 
-from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, batches, resolve
@@ -84,16 +84,9 @@ def function_batch(driver: DbQuotaDriver, rules: CompiledRules, partition: str, 
     """
     for _attempt in range(3):
         known = rules.known(driver.run)
+        skip = sorted(known.partition(partition).quotas)
         rows = driver.call(
-            pg_functions.EXPIRE,
-            {
-                "partition": partition,
-                "limit": batch_size,
-                "skip": sorted(known.partition(partition).quotas),
-                "version": known.version,
-                "ns": dialect.ADVISORY_NAMESPACE,
-                "k": dialect.advisory_key(partition),
-            },
+            pg_functions.EXPIRE, pg_functions.expire_params(partition, batch_size, skip, known.version)
         )
         if rows is not None:
             return int(rows[0][0])

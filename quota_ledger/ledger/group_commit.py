@@ -42,7 +42,7 @@ from typing import Any, Generic, TypeVar
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger.batch_decision import Declined, Quick, Refused, Together, decide
+from quota_ledger.ledger.batch_decision import Quick, Refused, Together, decide
 from quota_ledger.model.errors import DatabaseUnavailable
 
 T = TypeVar("T")
@@ -290,7 +290,7 @@ class GroupCommit:
         if self._guarded == 0:
             try:
                 return self.driver.run(lambda tx: decide(tx, jobs, plain=True))
-            except Declined:
+            except pg_functions.Declined:
                 self._guarded = GUARDED_AFTER_DECLINE
         self._guarded -= 1
         return self.driver.run(lambda tx: decide(tx, jobs, plain=False))

@@ -24,9 +24,9 @@ from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.ledger import group_commit, reserve, reserve_set, resolve, resolve_set
-from quota_ledger.ledger.reserve import Request
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import validation
+from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation
 
 
@@ -61,7 +61,7 @@ class Paths:
         """Whether a batch may decide requests as sets of the rule (batching, not PostgreSQL)."""
         return self.batching is not None and self.driver.backend != "postgresql"
 
-    def reserve(self, request: Request) -> group_commit.Request[Reservation]:
+    def reserve(self, request: ReserveRequest) -> group_commit.Request[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         batch_call = partial(reserve.by_function_in, rules=self.rules, request=request)
         alone = None

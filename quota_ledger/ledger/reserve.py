@@ -18,18 +18,14 @@ refused request leaves no trace.
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from quota_ledger.config import typos
 from quota_ledger.config.rules import PartitionRules, Rules
-from quota_ledger.driver import dialect, pg_functions
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.batch_decision import Many, Quick
@@ -38,102 +34,12 @@ from quota_ledger.model import arguments, charges, queues, tracking, validation
 from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.requests import Identity, ReserveRequest
 from quota_ledger.model.tracking import AppState
-from quota_ledger.model.values import Reservation, ReservationState, Violation
-
-Missing = Mapping[str, Mapping[str, list[str]]]
+from quota_ledger.model.values import Reservation, Violation
 
 
-@dataclass(frozen=True, kw_only=True)
-class Request:
-    """A checked reservation request (the engine validates the arguments it is built from)."""
-
-    reservation_id: str
-    partition: str
-    queue: str
-    #: resource -> amount, every amount positive
-    resources: dict[str, int]
-    user: str | None
-    groups: tuple[str, ...]
-    application: str | None
-    priority_class: str | None
-    key: str | None
-    request_hash: str
-    ttl_seconds: float
-    #: ``{"usage": ..., "scopes": ...}``: what ResourceQuotas count and match on
-    kube: dict[str, Any]
-    namespace: str
-    #: for a pod: containers that set no request or limit, per kind and resource
-    missing: Missing | None = None
-    #: the queue and resources were named by hand (a pod's come from its manifest): a partition
-    #: with ``unknownnames: refuse`` refuses those its configuration does not know
-    checks_names: bool = False
-
-    def pending(self, now: datetime) -> Reservation:
-        """The reservation as stored, created at ``now`` (the database clock)."""
-        return Reservation(
-            id=self.reservation_id,
-            state=ReservationState.PENDING,
-            partition=self.partition,
-            queue=self.queue,
-            resources=self.resources,
-            created_at=now.replace(tzinfo=UTC),
-            expires_at=(now + timedelta(seconds=self.ttl_seconds)).replace(tzinfo=UTC),
-            key=self.key,
-            user=self.user,
-            groups=self.groups,
-            application=self.application,
-            priority_class=self.priority_class,
-        )
-
-
-def build(
-    *,
-    partition: str,
-    queue: str,
-    resources: dict[str, int],
-    user: str | None,
-    groups: Iterable[str] | None,
-    application: str | None,
-    ttl: float | timedelta | None,
-    default_ttl: float,
-    key: str | None,
-    kube: dict[str, Any],
-    namespace: str,
-    missing: Missing | None = None,
-    checks_names: bool = False,
-) -> Request:
-    """A request from the caller's arguments, its names checked (``resources`` and ``kube``
-    are already parsed), with a new reservation id and the hash a repeat must match."""
-    group_list = validation.names(groups, "groups")
-    who = {
-        "user": validation.optional_name(user, "user"),
-        "application": validation.optional_name(application, "application"),
-        "priority_class": kube["scopes"]["priorityClass"],
-    }
-    key = validation.optional_name(key, "key")
-    ttl_seconds = default_ttl if ttl is None else validation.ttl(ttl)
-    scopes = {k: v for k, v in kube["scopes"].items() if k != "priorityClass" and v}
-    return Request(
-        reservation_id=str(uuid.uuid4()),
-        partition=partition,
-        queue=queue,
-        resources=resources,
-        user=who["user"],
-        groups=group_list,
-        application=who["application"],
-        priority_class=who["priority_class"],
-        key=key,
-        request_hash=arguments.request_hash(partition, queue, resources, group_list, {**who, **scopes}),
-        ttl_seconds=ttl_seconds,
-        kube=kube,
-        namespace=namespace,
-        missing=missing,
-        checks_names=checks_names,
-    )
-
-
-def refusal(rules: PartitionRules, request: Request) -> InvalidRequest | None:
+def refusal(rules: PartitionRules, request: ReserveRequest) -> InvalidRequest | None:
     """The error of a request naming what its partition's configuration does not know, where
     the partition refuses such names (:mod:`quota_ledger.config.typos`); None otherwise. Every
     path asks it of the rules it decides with; the function paths and sets leave a refused
@@ -144,7 +50,7 @@ def refusal(rules: PartitionRules, request: Request) -> InvalidRequest | None:
 
 
 def by_function_or_general(
-    driver: DbQuotaDriver, rules: CompiledRules, bounds: validation.Bounds, request: Request
+    driver: DbQuotaDriver, rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest
 ) -> Reservation:
     """Reserve ``request`` alone by the server function, or by the general path where the
     function declines (:mod:`.paths` chooses this for PostgreSQL); raises the refusal."""
@@ -161,7 +67,7 @@ def general(
     tx: LedgerTx,
     rules: CompiledRules,
     bounds: validation.Bounds,
-    request: Request,
+    request: ReserveRequest,
     overruns: list[Violation] | None = None,
 ) -> Reservation:
     """The general path's transaction.
@@ -222,7 +128,7 @@ def general(
 def _lock_own(
     tx: LedgerTx,
     bounds: validation.Bounds,
-    request: Request,
+    request: ReserveRequest,
     requested: Mapping[str, int],
     *,
     checked: bool,
@@ -262,7 +168,7 @@ def _lock_own(
 
 
 # -- the PostgreSQL function path --------------------------------------------------------------
-def quota_charges(rules: Rules, request: Request) -> list[tuple[str, str, int]] | None:
+def quota_charges(rules: Rules, request: ReserveRequest) -> list[tuple[str, str, int]] | None:
     """The (quota, resource, amount) charges of a request under ``rules``, or None when the
     admission rules or the partition's unknown names refuse it: the general path then decides
     again under the partition lock (these ``rules`` may be out of date) and raises the refusal."""
@@ -282,22 +188,7 @@ def quota_charges(rules: Rules, request: Request) -> list[tuple[str, str, int]] 
     return [(key, name, usage[name]) for key, name in sorted(resource_quotas.charged_keys(quotas, usage))]
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """Who a request is for, and what tracking it costs under a compiled configuration."""
-
-    user: str | None = None
-    groups: tuple[str, ...] = ()
-    application: str | None = None
-    #: the application row (None: untracked), and the group it must be tracked against
-    app_key: str | None = None
-    group: str | None = None
-    #: (kind, name, queue, resource, amount, limit) for every user/group counter that enforces
-    #: it; its ``applications`` counters count only when the request starts the application
-    counters: tuple[tuple[str, str, str, str, int, int], ...] = field(default=())
-
-
-def identity_of(rules: Rules, request: Request) -> Identity:
+def identity_of(rules: Rules, request: ReserveRequest) -> Identity:
     """The application row and user/group counters a request is charged to, as the general
     path would find them: a new named application also counts against its user's and group's
     maxapplications (the function charges those only when it starts the application), and
@@ -319,129 +210,50 @@ def identity_of(rules: Rules, request: Request) -> Identity:
     )
 
 
-def _by_function(driver: DbQuotaDriver, rules: Rules, request: Request) -> datetime | None:
+def _by_function(driver: DbQuotaDriver, rules: Rules, request: ReserveRequest) -> datetime | None:
     """Reserve in one call; the database clock it was created at, or None when the function
     declined (nothing was written) or the admission rules may refuse it."""
-    charges = quota_charges(rules, request)
-    if charges is None:
+    quota_charged = quota_charges(rules, request)
+    if quota_charged is None:
         return None
-    return call(driver, rules, request, charges, identity_of(rules, request))
+    return call(driver, rules, request, quota_charged, identity_of(rules, request))
 
 
 def call(
     driver: DbQuotaDriver,
     rules: Rules,
-    request: Request,
-    charges: Sequence[tuple[str, str, int]],
+    request: ReserveRequest,
+    quota_charged: Sequence[tuple[str, str, int]],
     identity: Identity,
 ) -> datetime | None:
-    """One call of ``ledger_reserve``, charging the ResourceQuota counters ``charges`` names and
-    the application and user/group counters of ``identity``; None when it declined."""
-    rows = driver.call(pg_functions.RESERVE, function_params(rules, request, charges, identity))
+    """One call of ``ledger_reserve``, charging the ResourceQuota counters ``quota_charged``
+    names and the application and user/group counters of ``identity``; None when it declined."""
+    params = pg_functions.reserve_params(request, rules.version, quota_charged, identity)
+    rows = driver.call(pg_functions.RESERVE, params)
     if rows is None:
         return None
     now: datetime = rows[0][0]
     return now
 
 
-def function_params(
-    rules: Rules, request: Request, charges: Sequence[tuple[str, str, int]], identity: Identity
-) -> dict[str, Any]:
-    """The arguments of ``ledger_reserve`` for ``request`` under ``rules``."""
-    resources = request.resources
-    names = sorted(resources)
-    counters = identity.counters
-    ttl = timedelta(seconds=request.ttl_seconds)
-    return {
-        "id": request.reservation_id,
-        "partition": request.partition,
-        "key": request.key,
-        "request_hash": request.request_hash,
-        "queue": request.queue,
-        "resources": names,
-        "amounts": [resources[name] for name in names],
-        "ttl_us": ttl // timedelta(microseconds=1),
-        "priority_class": request.priority_class,
-        "kube": json.dumps(request.kube, sort_keys=True, separators=(",", ":")),
-        "version": rules.version,
-        "ns": dialect.ADVISORY_NAMESPACE,
-        "k": dialect.advisory_key(request.partition),
-        "quota_names": [key for key, _, _ in charges],
-        "quota_resources": [name for _, name, _ in charges],
-        "quota_amounts": [amount for _, _, amount in charges],
-        "user": identity.user,
-        "groups": json.dumps(list(identity.groups)) if identity.groups else None,
-        "application": identity.application,
-        "app_key": identity.app_key,
-        "group": identity.group,
-        "id_kinds": [c[0] for c in counters],
-        "id_names": [c[1] for c in counters],
-        "id_queues": [c[2] for c in counters],
-        "id_resources": [c[3] for c in counters],
-        "id_amounts": [c[4] for c in counters],
-        "id_limits": [c[5] for c in counters],
-    }
-
-
 # -- in a batch (group commit) -----------------------------------------------------------------
-def by_function_in(tx: LedgerTx, rules: CompiledRules, request: Request) -> Quick[Reservation] | None:
+def by_function_in(tx: LedgerTx, rules: CompiledRules, request: ReserveRequest) -> Quick[Reservation] | None:
     """The call of ``ledger_try_reserve`` that reserves ``request`` inside a batch's
     transaction (declining, it undoes its own changes); None when there is none or the
     admission rules may refuse the request: the general path then decides."""
     if tx.fast is None or not request.resources:
         return None
     known = rules.known(lambda step: step(tx))
-    charges = quota_charges(known, request)
-    if charges is None:
+    quota_charged = quota_charges(known, request)
+    if quota_charged is None:
         return None
-    identity = identity_of(known, request)
-    params = function_params(known, request, charges, identity)
+    params = pg_functions.reserve_params(request, known.version, quota_charged, identity_of(known, request))
 
     def finish(rows: list[Any]) -> Reservation | None:
         created: datetime | None = rows[0][0]
         return None if created is None else request.pending(created)
 
     # the requests of one partition and configuration version can be reserved together
-    many = Many(("reserve", request.partition, known.version), reserve_many)
-    return Quick(Call(pg_functions.TRY_RESERVE, params), Call(pg_functions.RESERVE, params), finish, many)
-
-
-def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
-    """One call of ``ledger_reserve_many`` for requests of one partition and configuration
-    version, from the parameters of their own calls (:func:`function_params`): each request's
-    items, user/group counters and ResourceQuota charges flattened, each with its request's place
-    (1-based). It never aborts the transaction, so needs no ``guard``."""
-    first = calls[0]
-    numbered = list(enumerate(calls, 1))
-    return Call(
-        pg_functions.RESERVE_MANY,
-        {
-            "partition": first["partition"],
-            "version": first["version"],
-            "ns": first["ns"],
-            "k": first["k"],
-            "ids": [c["id"] for c in calls],
-            "keys": [c["key"] for c in calls],
-            "request_hashes": [c["request_hash"] for c in calls],
-            "queues": [c["queue"] for c in calls],
-            "groups": [c["groups"] for c in calls],
-            "ttl_us": [c["ttl_us"] for c in calls],
-            "priority_classes": [c["priority_class"] for c in calls],
-            "kubes": [c["kube"] for c in calls],
-            "users": [c["user"] for c in calls],
-            "applications": [c["application"] for c in calls],
-            "app_keys": [c["app_key"] for c in calls],
-            "app_groups": [c["group"] for c in calls],
-            "item_owners": [n for n, c in numbered for _ in c["resources"]],
-            "item_resources": [r for c in calls for r in c["resources"]],
-            "item_amounts": [a for c in calls for a in c["amounts"]],
-            "id_owners": [n for n, c in numbered for _ in c["id_kinds"]],
-            **{f"id_{f}": [v for c in calls for v in c[f"id_{f}"]] for f in _ID_FIELDS},
-            "quota_owners": [n for n, c in numbered for _ in c["quota_names"]],
-            **{f"quota_{f}": [v for c in calls for v in c[f"quota_{f}"]] for f in _QUOTA_FIELDS},
-        },
-    )
-
-
-_ID_FIELDS = ("kinds", "names", "queues", "resources", "amounts", "limits")
-_QUOTA_FIELDS = ("names", "resources", "amounts")
+    many = Many(("reserve", request.partition, known.version), pg_functions.reserve_many)
+    guarded, plain = (pg_functions.reserve_call(params, guarded=g) for g in (True, False))
+    return Quick(guarded, plain, finish, many)

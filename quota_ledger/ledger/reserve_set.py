@@ -41,20 +41,20 @@ from functools import partial
 
 from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.ledger import reserve, reserve_set_tracking, resource_quotas
-from quota_ledger.ledger.batch_decision import Together, Undo
-from quota_ledger.ledger.reserve import Request
+from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import charges, queues
 from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation
 
 
-def together(rules: CompiledRules, request: Request) -> Together[Reservation] | None:
+def together(rules: CompiledRules, request: ReserveRequest) -> Together[Reservation] | None:
     """How group commit decides ``request`` with the other keyless ones of its partition
     (None: it has a key, or names no resource)."""
     if request.key is not None or not request.resources:
@@ -62,7 +62,9 @@ def together(rules: CompiledRules, request: Request) -> Together[Reservation] | 
     return Together(("reserve", request.partition), request, partial(decide, rules=rules))
 
 
-def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -> dict[int, Reservation]:
+def decide(
+    tx: LedgerTx, requests: Sequence[ReserveRequest], *, rules: CompiledRules
+) -> dict[int, Reservation]:
     """Reserve what can be reserved of ``requests`` (keyless, of one partition) as their
     general paths would one after another; each reservation made, by its request's place."""
     if tx.attempt:
@@ -102,12 +104,12 @@ def decide(tx: LedgerTx, requests: Sequence[Request], *, rules: CompiledRules) -
 
 
 def _candidates(
-    tx: LedgerTx, rules: PartitionRules, requests: Sequence[Request]
-) -> list[tuple[int, Request]]:
+    tx: LedgerTx, rules: PartitionRules, requests: Sequence[ReserveRequest]
+) -> list[tuple[int, ReserveRequest]]:
     """The requests the set may decide, by place: those the ResourceQuota rules admit without
     counting them and the partition's unknown names do not refuse, naming only resources the
     partition's counters name already."""
-    found: list[tuple[int, Request]] = []
+    found: list[tuple[int, ReserveRequest]] = []
     for n, request in enumerate(requests):
         if reserve.refusal(rules, request) is not None:
             continue  # its step raises the refusal
@@ -153,7 +155,7 @@ class _Plan:
 def _plan(
     tx: LedgerTx,
     rules: PartitionRules,
-    candidates: Sequence[tuple[int, Request]],
+    candidates: Sequence[tuple[int, ReserveRequest]],
     now: datetime,
     undo: Undo,
 ) -> _Plan:

@@ -25,10 +25,10 @@ from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
-from quota_ledger.ledger.reserve import Request
 from quota_ledger.model import tracking
 from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
+from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.tracking import AppState
 
 
@@ -37,7 +37,7 @@ class Member:
     """A request decided in a set, as its general path would see it after those before it."""
 
     place: int
-    request: Request
+    request: ReserveRequest
     #: what it counts against: its resources, and ``applications: 1`` when it starts its application
     requested: Mapping[str, int]
     #: (kind, name, queue, resource) -> limit of every user/group counter that enforces it
@@ -57,7 +57,7 @@ class Apps:
 def members(
     tx: LedgerTx,
     rules: PartitionRules,
-    candidates: Sequence[tuple[int, Request]],
+    candidates: Sequence[tuple[int, ReserveRequest]],
     now: datetime,
 ) -> tuple[list[Member], Apps]:
     """Lock the application rows of ``candidates`` (step 4 of the lock order) and open each
@@ -133,12 +133,12 @@ def _create(tx: LedgerTx, partition: str, limits: Mapping[Key, int], apps: Apps,
     tx.insert_identity_counters(partition, values, now)
 
 
-def key_of(request: Request) -> str | None:
+def key_of(request: ReserveRequest) -> str | None:
     """The application row a request is tracked in (None: untracked)."""
     if not applications.tracked(request.user, request.application):
         return None
     return tracking.app_key(request.application, request.user, request.queue)
 
 
-def _owns(app: AppState, request: Request) -> bool:
+def _owns(app: AppState, request: ReserveRequest) -> bool:
     return app.user == request.user and app.queue == request.queue

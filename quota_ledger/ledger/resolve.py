@@ -22,7 +22,6 @@ from typing import Any, Protocol
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.pg_fast import Call
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
@@ -228,7 +227,7 @@ def commit_general(
 
 def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
     """Commit a pending reservation whole in one call; None when the function declined."""
-    rows = driver.call(pg_functions.COMMIT, {"id": reservation_id, "op": operation_id})
+    rows = driver.call(pg_functions.COMMIT, pg_functions.commit_params(reservation_id, operation_id))
     return committed(reservation_id, rows[0]) if rows else None
 
 
@@ -244,17 +243,10 @@ def by_function_in(
     def finish(rows: list[Any]) -> tuple[Reservation, bool] | None:
         return (committed(reservation_id, rows[0]), False) if rows else None
 
-    params = {"id": reservation_id, "op": operation_id}
-    many = Many(("commit",), commit_many)
-    return Quick(Call(pg_functions.TRY_COMMIT, params), Call(pg_functions.COMMIT, params), finish, many)
-
-
-def commit_many(calls: list[Mapping[str, Any]], guard: bool) -> Call:
-    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters;
-    ``guard``: a tracked one without its application row is declined alone (else the call
-    aborts, as ``ledger_commit`` would)."""
-    ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
-    return Call(pg_functions.COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
+    params = pg_functions.commit_params(reservation_id, operation_id)
+    many = Many(("commit",), pg_functions.commit_many)
+    guarded, plain = (pg_functions.commit_call(params, guarded=g) for g in (True, False))
+    return Quick(guarded, plain, finish, many)
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:

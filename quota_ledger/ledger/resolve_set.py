@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from quota_ledger.driver.journal import journal_rows
-from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.ledger import applications
-from quota_ledger.ledger.batch_decision import Together, Undo
+from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import ReservationStateError

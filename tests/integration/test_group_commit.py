@@ -34,6 +34,7 @@ from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reserve
 from quota_ledger.ledger.group_commit import GroupCommit, Request
+from quota_ledger.model import requests
 from quota_ledger.model.values import Reservation
 
 Outcome = tuple[str, Any]  # ("ok", value) or ("error", exception)
@@ -490,7 +491,7 @@ def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url
             missing = tx.conn.execute(
                 text("SELECT count(*) FROM quota_ledger_try_commit('nope', 'op')")
             ).scalar_one()
-            request = reserve.build(
+            request = requests.build(
                 partition="default",
                 queue="root.a",
                 resources={"fpga": 1},

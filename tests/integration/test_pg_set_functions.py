@@ -1,8 +1,8 @@
 """The PostgreSQL set functions of revision 0012, called directly: ``quota_ledger_reserve_many``
 (a batch's plain reserves of one partition) and ``quota_ledger_commit_many`` (its whole commits).
 
-Each test builds the call as group commit does (:func:`reserve.reserve_many`,
-:func:`resolve.commit_many`), runs it, and checks both the rows it returns and what it left
+Each test builds the call as group commit does (:func:`pg_functions.reserve_many`,
+:func:`pg_functions.commit_many`), runs it, and checks both the rows it returns and what it left
 in the database: what it admitted or committed is written whole, each counter charged once with
 the sum; what it declined leaves no trace (the caller decides it alone); the audit stays clean.
 """
@@ -18,8 +18,10 @@ from sql_rows import execute, rows
 from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_fast import Call
 from quota_ledger.ledger import reserve, resolve
+from quota_ledger.model import requests
 
 GI = 1 << 30
 K = TypeVar("K")
@@ -51,7 +53,7 @@ def plain(
     partition: str = "default",
 ) -> dict[str, Any]:
     """The parameters of one plain request's own call, as a batch would collect them."""
-    request = reserve.build(
+    request = requests.build(
         partition=partition,
         queue=queue,
         resources=resources,
@@ -70,11 +72,11 @@ def plain(
     assert charges == []  # a plain one
     assert identity.app_key is None
     assert not identity.counters
-    return reserve.function_params(known, request, charges, identity)
+    return pg_functions.reserve_params(request, known.version, charges, identity)
 
 
 def reserve_many(calls: Sequence[Mapping[str, Any]]) -> Call:
-    return reserve.reserve_many(list(calls))
+    return pg_functions.reserve_many(list(calls))
 
 
 def call(engine: QuotaEngine, made: Call) -> list[Any]:
@@ -362,7 +364,7 @@ def test_plain_commits_move_reserved_to_in_use_with_journal_rows(
     ops = [f"op-{n}" for n in range(len(made))]
     before, other_before = counters(postgres_url), counters(postgres_url, "other")
     answer = call(
-        ledger, resolve.commit_many([{"id": i, "op": o} for i, o in zip(ids, ops, strict=True)], True)
+        ledger, pg_functions.commit_many([{"id": i, "op": o} for i, o in zip(ids, ops, strict=True)], True)
     )
     assert sorted(row.idx for row in answer) == [1, 2, 3, 4]
     for row in answer:
@@ -424,7 +426,7 @@ def test_repeats_unknown_ids_and_resolved_or_expired_ones_are_declined(
     ids = [first.id, first.id, "00000000-0000-0000-0000-000000000000", late.id, done.id, gone.id, last.id]
     before = counters(postgres_url)
     answer = call(
-        ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids, 1)], True)
+        ledger, pg_functions.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids, 1)], True)
     )
     assert sorted((row.idx, row.queue) for row in answer) == [(1, "root.a"), (7, "root.p.y")]
     assert journal(postgres_url, [first.id, late.id, last.id]) == sorted(
@@ -482,7 +484,9 @@ def test_a_tracked_reservation_among_plain_ones_is_committed_with_its_counters(
     after_plain = ledger.reserve("root.plain", {"fpga": 1})
     identities, before = identity_counters(postgres_url), counters(postgres_url)
     ids = [before_plain.id, tracked.id, after_plain.id]
-    answer = call(ledger, resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)], True))
+    answer = call(
+        ledger, pg_functions.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)], True)
+    )
     by_idx = {row.idx: row for row in answer}
     assert sorted(by_idx) == [1, 2, 3]
     assert (by_idx[2].user_name, by_idx[2].application) == ("ann", "ann-app")
@@ -525,12 +529,14 @@ def test_a_tracked_one_its_commit_declines_leaves_the_others_committed(
     made = [{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)]
     # unguarded, the tracked one's decline aborts the whole call: nothing is committed
     assert (
-        ledger.driver.call(resolve.commit_many(made, False).sql, resolve.commit_many(made, False).params)
+        ledger.driver.call(
+            pg_functions.commit_many(made, False).sql, pg_functions.commit_many(made, False).params
+        )
         is None
     )
     assert identity_counters(postgres_url) == identities
     assert counters(postgres_url) == before
-    answer = call(ledger, resolve.commit_many(made, True))
+    answer = call(ledger, pg_functions.commit_many(made, True))
     execute(postgres_url, "UPDATE quota_applications SET app_key = 'ann-app' WHERE application = 'ann-app'")
     assert sorted(row.idx for row in answer) == [1, 3]
     assert stored(postgres_url, [tracked.id]) == {tracked.id: ("pending", [("fpga", 2, None)])}
@@ -568,7 +574,7 @@ def test_a_counter_at_the_bigint_limit_declines(ledger: QuotaEngine, postgres_ur
         execute(postgres_url, near, {"d": 5})
         before = counters(postgres_url)
         ids = [calls[1]["id"], plain_one.id]
-        assert call(ledger, resolve.commit_many([{"id": i, "op": "op"} for i in ids], True)) == []
+        assert call(ledger, pg_functions.commit_many([{"id": i, "op": "op"} for i in ids], True)) == []
         assert counters(postgres_url) == before
         assert {state for state, _ in stored(postgres_url, ids).values()} == {"pending"}
         assert journal(postgres_url, ids) == []

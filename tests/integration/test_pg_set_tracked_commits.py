@@ -121,7 +121,7 @@ def ids_of(made: Sequence[Reservation]) -> list[str]:
 
 
 def commit_many(ledger: QuotaEngine, ids: Sequence[str], guard: bool = True) -> list[Any]:
-    made: Call = resolve.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)], guard)
+    made: Call = pg_functions.commit_many([{"id": i, "op": f"op-{n}"} for n, i in enumerate(ids)], guard)
     answer = ledger.driver.call(made.sql, made.params)
     assert answer is not None
     return answer

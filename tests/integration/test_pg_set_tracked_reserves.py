@@ -25,6 +25,8 @@ from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_fast import Call, FastPath
 from quota_ledger.kube import pods
 from quota_ledger.ledger import reserve
+from quota_ledger.model import requests
+from quota_ledger.model.requests import ReserveRequest
 
 PARTITION = """
 - name: {name}
@@ -70,12 +72,12 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
     engine.close()
 
 
-def params(engine: QuotaEngine, request: reserve.Request) -> dict[str, Any]:
+def params(engine: QuotaEngine, request: ReserveRequest) -> dict[str, Any]:
     """The parameters of a request's own call, as a batch collects them."""
     known = engine.driver.run(lambda tx: engine.rules.known(lambda step: step(tx)))
     charges = reserve.quota_charges(known, request)
     assert charges is not None
-    return reserve.function_params(known, request, charges, reserve.identity_of(known, request))
+    return pg_functions.reserve_params(request, known.version, charges, reserve.identity_of(known, request))
 
 
 def tracked(
@@ -99,7 +101,7 @@ def tracked(
 def build(engine: QuotaEngine, partition: str, wanted: Mapping[str, Any]) -> dict[str, Any]:
     if "pod" in wanted:
         pod = pods.parse_pod(wanted["pod"])
-        request = reserve.build(
+        request = requests.build(
             partition=partition,
             queue=engine.namespace_queue(pod.namespace, partition=partition),
             resources=pod.resources,
@@ -114,7 +116,7 @@ def build(engine: QuotaEngine, partition: str, wanted: Mapping[str, Any]) -> dic
             missing={"requests": pod.missing_requests, "limits": pod.missing_limits},
         )
     else:
-        request = reserve.build(
+        request = requests.build(
             partition=partition,
             ttl=300,
             default_ttl=300.0,
@@ -129,7 +131,7 @@ def build(engine: QuotaEngine, partition: str, wanted: Mapping[str, Any]) -> dic
 def as_a_batch(engine: QuotaEngine, calls: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
     """Reserve as a batch does: the set call, then each request it declined by its own call.
     The places (1-based) the set call admitted, and those admitted in all."""
-    made = reserve.reserve_many(calls)
+    made = pg_functions.reserve_many(calls)
     answer = engine.driver.call(made.sql, made.params)
     assert answer is not None, "a set function never declines the whole call"
     together = sorted(row.idx for row in answer)
@@ -290,7 +292,7 @@ def test_a_second_request_of_a_new_application_waits_for_its_first(
         tracked("root.org.lab", {"fpga": 1}, user="zoe", application="zoe-1"),
     ]
     calls = [build(ledger, "set", w) for w in wanted]
-    made = reserve.reserve_many(calls)
+    made = pg_functions.reserve_many(calls)
     answer = ledger.driver.call(made.sql, made.params)
     assert answer is not None
     assert [row.idx for row in answer] == [3]
@@ -428,7 +430,7 @@ def test_a_copy_made_after_a_change_to_what_it_counts_is_set_aside(ledger: Quota
         first[f"id_{field}"] = []
     second = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="pat", application="pat-2"))
     third = build(ledger, "set", tracked("root.org.lab", {"fpga": 1}, user="quin", application="quin-1"))
-    made = reserve.reserve_many([first, second, third])
+    made = pg_functions.reserve_many([first, second, third])
     answer = ledger.driver.call(made.sql, made.params)
     assert answer is not None
     assert [row.idx for row in answer] == [1, 3]
