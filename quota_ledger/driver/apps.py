@@ -14,7 +14,7 @@ from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import inline
 from quota_ledger.driver.counters import force_index
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_app_summaries, quota_applications
 from quota_ledger.model.tracking import AppState
 
@@ -119,7 +119,7 @@ class AppStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
 
     conn: Connection
-    fast: FastPath | None
+    pg: PgCursor | None
     deferred: list[inline.Statement] | None
 
     def lock_apps(self, partition: str, keys: Iterable[str]) -> dict[str, AppState]:
@@ -127,8 +127,8 @@ class AppStatements:
         if not wanted:
             return {}
         params = {"p": partition, "keys": wanted}
-        if self.fast is not None:
-            rows: Iterable[Any] = self.fast.all(PG_LOCK_APPS, params)
+        if self.pg is not None:
+            rows: Iterable[Any] = self.pg.all(PG_LOCK_APPS, params)
         else:
             rows = self.conn.execute(_LOCK_APPS, params)
         return {app.app_key: app for app in map(_app, rows)}
@@ -176,8 +176,8 @@ class AppStatements:
 
     def update_app(self, app: AppState) -> None:
         params = _update_params(app)
-        if self.fast is not None:
-            self.fast.run(PG_UPDATE_APP, params)
+        if self.pg is not None:
+            self.pg.run(PG_UPDATE_APP, params)
         else:
             self.conn.execute(_UPDATE_APP, params)
 

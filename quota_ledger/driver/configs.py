@@ -18,7 +18,7 @@ from sqlalchemy import insert as sa_insert
 
 from quota_ledger.config import queue_max
 from quota_ledger.config.queue_max import LimitChange
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import (
     quota_config_changes,
     quota_config_head,
@@ -69,11 +69,11 @@ class ConfigStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
 
     conn: Connection
-    fast: FastPath | None
+    pg: PgCursor | None
 
     def config_version(self) -> int:
-        if self.fast is not None:
-            return int(self.fast.all(PG_CONFIG_VERSION, {})[0][0])
+        if self.pg is not None:
+            return int(self.pg.all(PG_CONFIG_VERSION, {})[0][0])
         return int(self.conn.execute(_CONFIG_VERSION).scalar_one())
 
     def lock_config_head(self) -> int:

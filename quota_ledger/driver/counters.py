@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect, inline
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_partitions, quota_usages
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import subtree_bounds
@@ -194,7 +194,7 @@ class CounterStatements:
 
     conn: Connection
     backend: str
-    fast: FastPath | None
+    pg: PgCursor | None
     deferred: list[inline.Statement] | None
 
     def lock_queue_counters(
@@ -208,8 +208,8 @@ class CounterStatements:
         scopes = sorted({q for q, _ in wanted})
         resources = sorted({r for _, r in wanted})
         params = {"p": partition, "scopes": scopes, "resources": resources}
-        if self.fast is not None:
-            rows: Sequence[Any] = self.fast.all(PG_LOCK_QUEUE, params)
+        if self.pg is not None:
+            rows: Sequence[Any] = self.pg.all(PG_LOCK_QUEUE, params)
         else:
             rows = self.conn.execute(_LOCK_QUEUE, params).all()
         found = {(row.scope, row.resource): _counter(row) for row in rows}
@@ -222,9 +222,9 @@ class CounterStatements:
         scopes, resources = sorted(set(scopes)), sorted(set(resources))
         if not scopes or not resources:
             return []
-        if self.fast is not None and lock:  # arrays: one statement whatever their length
+        if self.pg is not None and lock:  # arrays: one statement whatever their length
             params = {"p": partition, "scopes": scopes, "resources": resources}
-            return [_counter(row) for row in self.fast.all(PG_LOCK_SUBTREE, params)]
+            return [_counter(row) for row in self.pg.all(PG_LOCK_SUBTREE, params)]
         found: list[Counter] = []
         for start in range(0, len(scopes), SCOPE_SLICE):
             params = {"p": partition, "scopes": scopes[start : start + SCOPE_SLICE], "resources": resources}
@@ -267,8 +267,8 @@ class CounterStatements:
         changes = sorted((cid, d) for cid, d in deltas.items() if d[0] or d[1])
         if not changes:
             return
-        if self.fast is not None:
-            self.fast.run(
+        if self.pg is not None:
+            self.pg.run(
                 PG_APPLY,
                 {
                     "ids": [cid for cid, _ in changes],

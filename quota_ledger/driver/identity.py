@@ -11,7 +11,7 @@ from sqlalchemy import Connection, bindparam, delete, select, update
 
 from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.counters import force_index
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_identity_usages
 from quota_ledger.model.limits import Counter
 
@@ -98,7 +98,7 @@ class IdentityStatements:
 
     conn: Connection
     backend: str
-    fast: FastPath | None
+    pg: PgCursor | None
     deferred: list[inline.Statement] | None
 
     def lock_identity_counters(
@@ -124,8 +124,8 @@ class IdentityStatements:
             "queues": queue_list,
             "resources": resource_list,
         }
-        if self.fast is not None:
-            rows: Sequence[Any] = self.fast.all(PG_LOCK_IDENTITY, params)
+        if self.pg is not None:
+            rows: Sequence[Any] = self.pg.all(PG_LOCK_IDENTITY, params)
         else:
             rows = self.conn.execute(_LOCK_IDENTITY, params).all()
         return [c for row in rows if ((c := _identity(row)).scope_type, c.name) in pairs]
@@ -137,7 +137,7 @@ class IdentityStatements:
         wanted = sorted(set(keys))
         if not wanted:
             return []
-        if self.fast is not None:
+        if self.pg is not None:
             found = self.lock_identity_counters(
                 partition,
                 {(k, n) for k, n, _, _ in wanted},
@@ -171,8 +171,8 @@ class IdentityStatements:
 
     def apply_identity_deltas(self, deltas: Mapping[int, tuple[int, int]], now: datetime) -> None:
         changes = sorted((cid, d) for cid, d in deltas.items() if d[0] or d[1])
-        if changes and self.fast is not None:
-            self.fast.run(
+        if changes and self.pg is not None:
+            self.pg.run(
                 PG_APPLY_IDENTITY,
                 {
                     "ids": [cid for cid, _ in changes],

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import inline
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_journal, reservation_items, reservations
 from quota_ledger.model import drift
 
@@ -68,7 +68,7 @@ class JournalStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
 
     conn: Connection
-    fast: FastPath | None
+    pg: PgCursor | None
     deferred: list[inline.Statement] | None
 
     def append_journal(
@@ -85,7 +85,7 @@ class JournalStatements:
         changes = {resource: delta for resource, delta in deltas.items() if delta != 0}
         if not changes:
             return
-        if self.fast is not None:
+        if self.pg is not None:
             params = {
                 "p": partition,
                 "q": queue,
@@ -96,7 +96,7 @@ class JournalStatements:
                 "resources": list(changes),
                 "deltas": list(changes.values()),
             }
-            self.fast.run(PG_INSERT_JOURNAL, params)
+            self.pg.run(PG_INSERT_JOURNAL, params)
             return
         self.conn.execute(
             _INSERT_JOURNAL,

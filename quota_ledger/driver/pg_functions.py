@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, exc
 
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.model.requests import Identity, ReserveRequest
 
 # psycopg is imported by the call, not with this module: SQLite and MariaDB never load it.
@@ -234,11 +234,11 @@ class Declined(Exception):
     """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
 
 
-def pipelined(fast: FastPath, calls: Sequence[Call], *, plain: bool) -> list[list[Any]]:
-    """Send ``calls`` in one round trip (:meth:`FastPath.pipelined`); each one's rows.
+def pipelined(cursor: PgCursor, calls: Sequence[Call], *, plain: bool) -> list[list[Any]]:
+    """Send ``calls`` in one round trip (:meth:`PgCursor.pipelined`); each one's rows.
     ``plain``: a call that declines aborts the transaction and raises :class:`Declined`."""
     try:
-        return fast.pipelined(calls)
+        return cursor.pipelined(calls)
     except exc.DBAPIError as error:
         if plain and getattr(error.orig, "sqlstate", None) == DECLINED:
             raise Declined() from error

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Integer, and_, bindparam, or_, select, update
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect, inline
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.schema import PENDING, reservation_items, reservations
 from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
 
@@ -198,13 +198,13 @@ class ReservationStatements:
 
     conn: Connection
     backend: str
-    fast: FastPath | None
+    pg: PgCursor | None
     deferred: list[inline.Statement] | None
 
     def find_reservation_by_key(self, partition: str, key: str) -> StoredReservation | None:
         params = {"p": partition, "key": key}
-        if self.fast is not None:
-            return _one(self.fast.all(PG_FIND_BY_KEY, params))
+        if self.pg is not None:
+            return _one(self.pg.all(PG_FIND_BY_KEY, params))
         return _one(self.conn.execute(_FIND_BY_KEY, params).all())
 
     def find_reservation(self, reservation_id: str) -> StoredReservation | None:
@@ -213,9 +213,9 @@ class ReservationStatements:
     def lock_reservation(self, reservation_id: str) -> tuple[StoredReservation, datetime] | None:
         """Lock one reservation row and read the clock."""
         params = {"id": reservation_id}
-        if self.fast is not None:
+        if self.pg is not None:
             # one round trip; the read runs after the lock, with a snapshot of its own
-            lock, rows = self.fast.pipelined([Call(PG_LOCK_BY_ID, params), Call(PG_READ_BY_ID, params)])
+            lock, rows = self.pg.pipelined([Call(PG_LOCK_BY_ID, params), Call(PG_READ_BY_ID, params)])
             stored = _one(rows)
             return None if stored is None or not lock else (stored, lock[0].db_now)
         found = self.conn.execute(_LOCK_BY_ID, params).all()
@@ -225,8 +225,8 @@ class ReservationStatements:
     def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
         """Lock up to ``limit`` pending reservations expired at ``now`` that nobody else holds."""
         params = {"p": partition, "n": limit, "now": now}
-        if self.fast is not None:
-            return _many(self.fast.all(PG_LOCK_EXPIRED, params))
+        if self.pg is not None:
+            return _many(self.pg.all(PG_LOCK_EXPIRED, params))
         if self.backend in ("mysql", "mariadb"):
             candidates = list(self.conn.execute(_EXPIRED_IDS, params).scalars())
             ids = candidates and list(self.conn.execute(_LOCK_IDS_IF_PENDING, {"ids": candidates}).scalars())
@@ -240,15 +240,15 @@ class ReservationStatements:
         self, reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None = None
     ) -> None:
         header = _header(reservation, request_hash, kube)
-        if self.fast is not None:
-            self.fast.run(PG_INSERT_HEADER, header)
+        if self.pg is not None:
+            self.pg.run(PG_INSERT_HEADER, header)
             if reservation.resources:
                 items = {
                     "rid": reservation.id,
                     "resources": list(reservation.resources),
                     "amounts": list(reservation.resources.values()),
                 }
-                self.fast.run(PG_INSERT_ITEMS, items)
+                self.pg.run(PG_INSERT_ITEMS, items)
             return
         self.conn.execute(_INSERT_HEADER, header)
         if reservation.resources:
@@ -290,15 +290,15 @@ class ReservationStatements:
     def resolve_reservation(self, reservation_id: str, state: ReservationState, now: datetime) -> bool:
         """``pending -> state`` as a conditional update; False if it was no longer pending."""
         params = {"rid": reservation_id, "new_state": state.value, "now": now}
-        if self.fast is not None:
-            return self.fast.run(PG_RESOLVE, params).rowcount == 1
+        if self.pg is not None:
+            return self.pg.run(PG_RESOLVE, params).rowcount == 1
         return self.conn.execute(_RESOLVE, params).rowcount == 1
 
     def record_commits(self, reservation_id: str, committed: Mapping[str, int], *, whole: bool) -> None:
         """Record what each item committed (``whole``: everything that was reserved)."""
         if whole:
-            if self.fast is not None:
-                self.fast.run(PG_COMMIT_ALL_ITEMS, {"rid": reservation_id})
+            if self.pg is not None:
+                self.pg.run(PG_COMMIT_ALL_ITEMS, {"rid": reservation_id})
             else:
                 self.conn.execute(_COMMIT_ALL_ITEMS, {"rid": reservation_id})
             return
@@ -309,8 +309,8 @@ class ReservationStatements:
 
     def expire_reservations(self, ids: Sequence[str], now: datetime) -> int:
         params = {"ids": list(ids), "now": now}
-        if self.fast is not None:
-            return self.fast.run(PG_EXPIRE_MANY, params).rowcount
+        if self.pg is not None:
+            return self.pg.run(PG_EXPIRE_MANY, params).rowcount
         return self.conn.execute(_EXPIRE_MANY, params).rowcount
 
     def live_reservations(

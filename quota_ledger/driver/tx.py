@@ -47,7 +47,7 @@ from quota_ledger.driver.counters import CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.idle import IdleStatements
 from quota_ledger.driver.journal import JournalStatements
-from quota_ledger.driver.pg_fast import FastPath
+from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.reservations import ReservationStatements
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.model import charges
@@ -81,8 +81,8 @@ class LedgerTx(
         self.attempt = attempt
         #: run by the driver once this transaction has committed (never for a failed attempt)
         self.after_commit: list[Callable[[], None]] = []
-        #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_fast)
-        self.fast = FastPath(conn) if backend == "postgresql" else None
+        #: PostgreSQL runs the hot statements on the psycopg cursor (see pg_cursor)
+        self.pg = PgCursor(conn) if backend == "postgresql" else None
         #: inside writes_together: the writes to run as one when the block ends
         self.deferred: list[inline.Statement] | None = None
 
@@ -90,8 +90,8 @@ class LedgerTx(
         """Take the partition lock (shared or exclusive) and return the database clock."""
         if self.backend == "postgresql":
             params = {"ns": dialect.ADVISORY_NAMESPACE, "k": dialect.advisory_key(partition)}
-            if self.fast is not None and not exclusive:
-                return self.fast.all(PG_LOCK_SHARED, params)[0][1]  # type: ignore[no-any-return]
+            if self.pg is not None and not exclusive:
+                return self.pg.all(PG_LOCK_SHARED, params)[0][1]  # type: ignore[no-any-return]
             return self.conn.execute(_PG_LOCK_EXCLUSIVE, params).one()[1]  # type: ignore[no-any-return]
         row_lock = _LOCK_PARTITION_ROW.with_for_update(read=not exclusive)
         now: datetime | None = self.conn.execute(row_lock, {"p": partition}).scalar()
@@ -123,7 +123,7 @@ class LedgerTx(
         ``apply_identity_deltas``) run when it ends, in order, as one compound statement on
         MariaDB (one round trip). Nothing inside may read what they write; a block left by an
         error runs none of them."""
-        if self.deferred is not None or self.fast is not None:
+        if self.deferred is not None or self.pg is not None:
             yield
             return
         self.deferred = []

@@ -10,8 +10,8 @@ from typing import Any, Generic, TypeVar
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import configure, group_commit
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.paths import Paths
-from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.quantity import parse_resources
@@ -27,7 +27,7 @@ class Operation(Generic[T]):
     (:meth:`QuotaEngine.decide`, or many at once :meth:`QuotaEngine.decide_all`)."""
 
     #: how group commit decides it (or a transaction of its own, without batching)
-    request: group_commit.Request[Any]
+    request: group_commit.Deciders[Any]
     #: the result from the request's value, once its transaction has committed (may raise)
     finish: Callable[[Any], T] | None = None
 
@@ -66,7 +66,7 @@ class EngineBase:
             value = request.alone() if request.alone is not None else self.driver.run(request.step)
         else:
             value = self.group_commit.run(
-                request.step, request.order, request.fast, request.alone, request.together
+                request.step, request.order, request.by_function, request.alone, request.together
             )
         return value if operation.finish is None else operation.finish(value)
 
@@ -87,7 +87,7 @@ class EngineBase:
 
     def _decide(self, step: Callable[[LedgerTx], T]) -> T:
         """Run ``step`` in a transaction of its own, or in the next batch with batching."""
-        return self.decide(Operation(group_commit.Request(step)))
+        return self.decide(Operation(group_commit.Deciders(step)))
 
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:

@@ -19,8 +19,8 @@ from quota_ledger.engine.maintenance import Maintenance
 from quota_ledger.engine.reservations import Reservations
 from quota_ledger.engine.usage import UsageReports
 from quota_ledger.ledger import group_commit
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.paths import Paths
-from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 

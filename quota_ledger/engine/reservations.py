@@ -321,7 +321,7 @@ class Reservations(EngineBase):
         """:meth:`rollback` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
         return Operation(
-            group_commit.Request(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id))
+            group_commit.Deciders(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id))
         )
 
     def release(

@@ -25,8 +25,8 @@ from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.resource_quotas import QUOTA
-from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import drift, queues
 from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.tx import LedgerTx, set_failed
 from quota_ledger.model.errors import QuotaLedgerError
 
@@ -43,7 +43,7 @@ log = logging.getLogger("quota_ledger.group_commit")
 class Many:
     """How requests like this one are decided together by one call: those of a batch with
     equal ``group`` go as ``build`` of their plain calls' parameters, in batch order, and
-    whether the call is to be guarded (see :class:`Quick`). The call returns a row for each
+    whether the call is to be guarded (see :class:`ByFunction`). The call returns a row for each
     request it decided, ending with the request's place in it (1-based); it declines the others
     without aborting the transaction (their steps decide them), or unguarded it may abort it
     as a plain call does."""
@@ -53,7 +53,7 @@ class Many:
 
 
 @dataclass(frozen=True, slots=True)
-class Quick(Generic[T]):
+class ByFunction(Generic[T]):
     """A request decided by one call of a PostgreSQL function that is all or nothing by itself:
     ``call`` declines without aborting the transaction (``quota_ledger_try_*``, a
     subtransaction each), ``plain`` the same function without that guard, which aborts the
@@ -97,7 +97,7 @@ class Job(Protocol):
     def step(self) -> Callable[[LedgerTx], Any]: ...
 
     @property
-    def fast(self) -> Callable[[LedgerTx], Quick[Any] | None] | None: ...
+    def by_function(self) -> Callable[[LedgerTx], ByFunction[Any] | None] | None: ...
 
     @property
     def together(self) -> Together[Any] | None: ...
@@ -111,22 +111,22 @@ def decide(tx: LedgerTx, jobs: Sequence[Job], *, plain: bool) -> list[Any]:
     order the batch decides them in.
     ``plain``: calls that abort the transaction when they decline (``pg_functions.Declined``)."""
     decided: dict[int, Any] = {}
-    planned: list[tuple[int, Quick[Any]]] = []
+    planned: list[tuple[int, ByFunction[Any]]] = []
     for i, job in enumerate(jobs):
-        if job.fast is not None:
+        if job.by_function is not None:
             try:
-                quick = job.fast(tx)
+                quick = job.by_function(tx)
             except QuotaLedgerError:
                 quick = None  # nothing written: the step decides, and raises what it must
             if quick is not None:
                 planned.append((i, quick))
-    if planned and tx.fast is not None:
+    if planned and tx.pg is not None:
         # What a call for many declines may be a case it leaves to each request's own call
         # (guarded, in a second round trip), which may decline it in turn: its step decides.
-        aside = _call(tx.fast, _sends(planned, plain=plain), decided, plain=plain)
+        aside = _call(tx.pg, _sends(planned, plain=plain), decided, plain=plain)
         if aside:
-            _call(tx.fast, [(quick.call, [(i, quick)], False) for i, quick in aside], decided, plain=False)
-    if tx.fast is None:
+            _call(tx.pg, [(quick.call, [(i, quick)], False) for i, quick in aside], decided, plain=False)
+    if tx.pg is None:
         _together(tx, jobs, decided)
     outcomes: list[Any] = []
     for i, job in enumerate(jobs):
@@ -173,16 +173,16 @@ def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> Non
             decided[members[n]] = value
 
 
-Planned = list[tuple[int, Quick[Any]]]
+Planned = list[tuple[int, ByFunction[Any]]]
 #: calls to send, each with the requests it decides and whether it is a call for many
 Sends = list[tuple[Call, Planned, bool]]
 
 
-def _call(fast: FastPath, sends: Sends, decided: dict[int, Any], *, plain: bool) -> Planned:
+def _call(cursor: PgCursor, sends: Sends, decided: dict[int, Any], *, plain: bool) -> Planned:
     """Send ``sends`` in one round trip and put what they decided in ``decided``; the requests
     that a call for many declined. ``plain``: a decline that aborts the transaction raises
     :class:`~quota_ledger.driver.pg_functions.Declined`."""
-    answers = pg_functions.pipelined(fast, [call for call, _, _ in sends], plain=plain)
+    answers = pg_functions.pipelined(cursor, [call for call, _, _ in sends], plain=plain)
     aside: Planned = []
     for (_, members, together), rows in zip(sends, answers, strict=True):
         # a call for many answers with a row for each it decided, ending with its place

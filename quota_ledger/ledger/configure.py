@@ -22,7 +22,7 @@ from quota_ledger.config.rules import PartitionRules, Rules, compile_config
 from quota_ledger.config.validate import validate
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reads, resource_quotas
-from quota_ledger.ledger import rules as ledger_rules
+from quota_ledger.ledger.compiled import compile_stored
 from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import ConfigError, InvalidRequest, RemovesAllLimits
 from quota_ledger.model.limits import QUEUE, SUBTREE
@@ -142,7 +142,7 @@ def apply(
         return version
     rules = compile_config(config, new_capacity, version + 1, kube)
     if not allow_removing_all:
-        emptied = config_diff.emptied_partitions(ledger_rules.compile_stored(version, *stored), rules)
+        emptied = config_diff.emptied_partitions(compile_stored(version, *stored), rules)
         if emptied:
             raise RemovesAllLimits(emptied)
     names = sorted(set(tx.partition_names()) | set(rules.partitions))
@@ -168,7 +168,7 @@ def diff(tx: LedgerTx, source: Any, bounds: validation.Bounds | None = None) -> 
     version = tx.config_version()
     stored = tx.load_config(version)
     config, capacity, kube = _proposed(tx, stored, replace_with(source), None, bounds)
-    old = ledger_rules.compile_stored(version, *stored)
+    old = compile_stored(version, *stored)
     new = compile_config(config, capacity, version + 1, kube)
     added: list[config_diff.LimitChange] = []
     removed: list[config_diff.LimitChange] = []

@@ -25,7 +25,7 @@ from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, batches, resolve
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import DatabaseUnavailable, SchemaNotReady
 from quota_ledger.model.quantity import APPLICATIONS

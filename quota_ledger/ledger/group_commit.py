@@ -42,7 +42,7 @@ from typing import Any, Generic, TypeVar
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger.batch_decision import Quick, Refused, Together, decide
+from quota_ledger.ledger.batch_decision import ByFunction, Refused, Together, decide
 from quota_ledger.model.errors import DatabaseUnavailable
 
 T = TypeVar("T")
@@ -69,16 +69,16 @@ class BatchStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Request(Generic[T]):
-    """One request for a batch, as :meth:`GroupCommit.run` takes it (the arguments of
-    :meth:`GroupCommit.run`, as a value for :meth:`GroupCommit.run_many`)."""
+class Deciders(Generic[T]):
+    """What may decide one request of a batch (the arguments of :meth:`GroupCommit.run`, as a
+    value for :meth:`GroupCommit.run_many`); :class:`~quota_ledger.ledger.paths.Paths` builds it."""
 
     #: decides the request inside the batch's transaction, in a savepoint of its own
     step: Callable[[LedgerTx], T]
     #: where it goes in its batch (requests on one queue side by side)
     order: tuple[str, ...] = ()
     #: which function call may decide it now (PostgreSQL), if any (None: none)
-    fast: Callable[[LedgerTx], Quick[T] | None] | None = None
+    by_function: Callable[[LedgerTx], ByFunction[T] | None] | None = None
     #: how it is decided when it is alone in its batch (default: ``step`` in a transaction of
     #: its own)
     alone: Callable[[], T] | None = None
@@ -102,7 +102,7 @@ class _Job:
     #: jobs of a batch run in this order (stable): requests on one queue together
     order: tuple[str, ...]
     #: the request's function call, if it has one now (PostgreSQL)
-    fast: Callable[[LedgerTx], Quick[Any] | None] | None
+    by_function: Callable[[LedgerTx], ByFunction[Any] | None] | None
     #: how the request is decided alone (default: ``step`` in a transaction of its own)
     alone: Callable[[], Any] | None
     #: the set it may be decided with (MariaDB, SQLite)
@@ -167,13 +167,13 @@ class GroupCommit:
         self,
         step: Callable[[LedgerTx], T],
         order: Sequence[str] = (),
-        fast: Callable[[LedgerTx], Quick[T] | None] | None = None,
+        by_function: Callable[[LedgerTx], ByFunction[T] | None] | None = None,
         alone: Callable[[], T] | None = None,
         together: Together[T] | None = None,
     ) -> T:
         """Decide ``step`` in the next batch; its value once that batch has committed, or its
         error. ``order``: where it goes in its batch (requests on one queue side by side).
-        ``fast``, when given, says which function call may decide the request (None: none);
+        ``by_function``, when given, says which function call may decide the request (None: none);
         a batch sends all of its calls in one round trip before it runs any step. ``alone``
         decides the request when it is the only one queued (default: ``step`` in a
         transaction of its own): exactly as without batching, at no cost of its own.
@@ -184,13 +184,13 @@ class GroupCommit:
         request with it, batch after batch until its own is decided, then hands the lead to
         the caller of the oldest request still queued. The others wait for their outcome (or
         the lead)."""
-        (job,) = self._submit([Request(step, tuple(order), fast, alone, together)])
+        (job,) = self._submit([Deciders(step, tuple(order), by_function, alone, together)])
         if job.error is not None:
             raise job.error
         result: T = job.value
         return result
 
-    def run_many(self, requests: Sequence[Request[T]]) -> list[T | Exception]:
+    def run_many(self, requests: Sequence[Deciders[T]]) -> list[T | Exception]:
         """Decide many requests from one thread, as :meth:`run` decides one: each in its own
         savepoint, with the outcome it would have had alone. Returns, in the order given, each
         request's value or its error, once every batch that decided them has committed.
@@ -205,11 +205,11 @@ class GroupCommit:
                 raise job.error
         return outcomes
 
-    def _submit(self, requests: Sequence[Request[Any]]) -> list[_Job]:
+    def _submit(self, requests: Sequence[Deciders[Any]]) -> list[_Job]:
         """Queue the requests; return their jobs once all are decided, leading when no one
         does (or when handed the lead)."""
         caller = _Caller(len(requests))
-        jobs = [_Job(r.step, tuple(r.order), r.fast, r.alone, r.together, caller) for r in requests]
+        jobs = [_Job(r.step, tuple(r.order), r.by_function, r.alone, r.together, caller) for r in requests]
         if not jobs:
             return jobs
         with self._lock:

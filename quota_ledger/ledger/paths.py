@@ -13,7 +13,7 @@ Two things may decide instead, for speed, and both decide as the rule would:
   whole commits, decided by the rule together (:mod:`.reserve_set`, :mod:`.resolve_set`).
 
 :class:`Paths` is built once per engine from the driver and the batching setting and hands each
-operation its group-commit request (:class:`.group_commit.Request`): the step, and the function
+operation its group-commit request (:class:`.group_commit.Deciders`): the step, and the function
 call or set that may decide it first.
 """
 
@@ -24,7 +24,7 @@ from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.ledger import group_commit, reserve, reserve_set, resolve, resolve_set
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation
@@ -61,13 +61,13 @@ class Paths:
         """Whether a batch may decide requests as sets of the rule (batching, not PostgreSQL)."""
         return self.batching is not None and self.driver.backend != "postgresql"
 
-    def reserve(self, request: ReserveRequest) -> group_commit.Request[Reservation]:
+    def reserve(self, request: ReserveRequest) -> group_commit.Deciders[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         batch_call = partial(reserve.by_function_in, rules=self.rules, request=request)
         alone = None
         if self.functions and request.resources:
             alone = partial(reserve.by_function_or_general, self.driver, self.rules, self.bounds, request)
-        return group_commit.Request(
+        return group_commit.Deciders(
             step,
             (request.partition, request.queue),
             batch_call if self.batch_functions else None,
@@ -77,7 +77,7 @@ class Paths:
 
     def commit(
         self, reservation_id: str, amounts: Mapping[str, int] | None, operation_id: str
-    ) -> group_commit.Request[resolve_set.Outcome]:
+    ) -> group_commit.Deciders[resolve_set.Outcome]:
         step = partial(
             resolve.commit_general,
             rules=self.rules,
@@ -92,9 +92,9 @@ class Paths:
             alone = partial(
                 resolve.by_function_or_general, self.driver, self.rules, reservation_id, operation_id
             )
-        return group_commit.Request(
+        return group_commit.Deciders(
             step,
-            fast=batch_call if whole and self.batch_functions else None,
+            by_function=batch_call if whole and self.batch_functions else None,
             alone=alone,
             together=resolve_set.together(reservation_id, operation_id) if whole and self.sets else None,
         )

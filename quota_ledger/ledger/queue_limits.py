@@ -24,7 +24,7 @@ from quota_ledger.config.queue_max import ROOT
 from quota_ledger.config.rules import Rules, with_queue_max
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import configure
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import ConfigError, ManagedQueue
 from quota_ledger.model.values import LimitsVersion

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resolve
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import IdempotencyConflict, UsageUnderflow
 from quota_ledger.model.quantity import APPLICATIONS

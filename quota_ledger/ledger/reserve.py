@@ -28,8 +28,8 @@ from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.batch_decision import Many, Quick
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.batch_decision import ByFunction, Many
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import arguments, charges, queues, tracking, validation
 from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
 from quota_ledger.model.limits import Counter
@@ -237,11 +237,13 @@ def call(
 
 
 # -- in a batch (group commit) -----------------------------------------------------------------
-def by_function_in(tx: LedgerTx, rules: CompiledRules, request: ReserveRequest) -> Quick[Reservation] | None:
+def by_function_in(
+    tx: LedgerTx, rules: CompiledRules, request: ReserveRequest
+) -> ByFunction[Reservation] | None:
     """The call of ``ledger_try_reserve`` that reserves ``request`` inside a batch's
     transaction (declining, it undoes its own changes); None when there is none or the
     admission rules may refuse the request: the general path then decides."""
-    if tx.fast is None or not request.resources:
+    if tx.pg is None or not request.resources:
         return None
     known = rules.known(lambda step: step(tx))
     quota_charged = quota_charges(known, request)
@@ -256,4 +258,4 @@ def by_function_in(tx: LedgerTx, rules: CompiledRules, request: ReserveRequest) 
     # the requests of one partition and configuration version can be reserved together
     many = Many(("reserve", request.partition, known.version), pg_functions.reserve_many)
     guarded, plain = (pg_functions.reserve_call(params, guarded=g) for g in (True, False))
-    return Quick(guarded, plain, finish, many)
+    return ByFunction(guarded, plain, finish, many)

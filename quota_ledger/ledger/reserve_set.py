@@ -44,8 +44,8 @@ from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.ledger import reserve, reserve_set_tracking, resource_quotas
 from quota_ledger.ledger.batch_decision import Together
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.resolve import by_key, counters_of
-from quota_ledger.ledger.rules import CompiledRules
 from quota_ledger.model import charges, queues
 from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.limits import Counter

@@ -25,8 +25,8 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.batch_decision import Many, Quick
-from quota_ledger.ledger.rules import CompiledRules
+from quota_ledger.ledger.batch_decision import ByFunction, Many
+from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
 from quota_ledger.model.limits import Counter
@@ -233,11 +233,11 @@ def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id:
 
 def by_function_in(
     tx: LedgerTx, reservation_id: str, operation_id: str
-) -> Quick[tuple[Reservation, bool]] | None:
+) -> ByFunction[tuple[Reservation, bool]] | None:
     """The call of ``ledger_try_commit`` that commits a reservation whole inside a batch's
     transaction, with an outcome of :func:`commit_general` (declining, it undoes its own
     changes and the general path decides); None off PostgreSQL."""
-    if tx.fast is None:
+    if tx.pg is None:
         return None
 
     def finish(rows: list[Any]) -> tuple[Reservation, bool] | None:
@@ -246,7 +246,7 @@ def by_function_in(
     params = pg_functions.commit_params(reservation_id, operation_id)
     many = Many(("commit",), pg_functions.commit_many)
     guarded, plain = (pg_functions.commit_call(params, guarded=g) for g in (True, False))
-    return Quick(guarded, plain, finish, many)
+    return ByFunction(guarded, plain, finish, many)
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:

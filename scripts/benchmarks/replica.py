@@ -31,7 +31,7 @@ from benchmarks.workload import (
     spread_queue,
 )
 from quota_ledger import QuotaEngine
-from quota_ledger.driver import pg_fast, pg_functions
+from quota_ledger.driver import pg_cursor, pg_functions
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE
 
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.LockNotAvailable)
@@ -161,10 +161,10 @@ def shape_check(engine: QuotaEngine, dsn: str) -> dict[str, Any]:
         library.append("COMMIT")
 
     target = engine.driver.engine
-    fast_run = pg_fast.FastPath.run
+    fast_run = pg_cursor.PgCursor.run
     function_call = pg_functions.call
 
-    def traced_run(self: pg_fast.FastPath, sql: str, params: Any) -> Any:
+    def traced_run(self: pg_cursor.PgCursor, sql: str, params: Any) -> Any:
         library.append(statement_shape(sql, 1))
         return fast_run(self, sql, params)
 
@@ -177,12 +177,12 @@ def shape_check(engine: QuotaEngine, dsn: str) -> dict[str, Any]:
     event.listen(target, "before_cursor_execute", listen)
     event.listen(target, "begin", on_begin)
     event.listen(target, "commit", on_commit)
-    pg_fast.FastPath.run = traced_run  # type: ignore[method-assign]
+    pg_cursor.PgCursor.run = traced_run  # type: ignore[method-assign]
     pg_functions.call = traced_call
     try:
         LibraryWorker(engine, lambda _rng: spread_queue(0), 0).pair()
     finally:
-        pg_fast.FastPath.run = fast_run  # type: ignore[method-assign]
+        pg_cursor.PgCursor.run = fast_run  # type: ignore[method-assign]
         pg_functions.call = function_call
         event.remove(target, "before_cursor_execute", listen)
         event.remove(target, "begin", on_begin)

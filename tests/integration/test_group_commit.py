@@ -30,10 +30,10 @@ from quota_ledger import (
     ReservationState,
     ReservationStateError,
 )
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reserve
-from quota_ledger.ledger.group_commit import GroupCommit, Request
+from quota_ledger.ledger.group_commit import Deciders, GroupCommit
 from quota_ledger.model import requests
 from quota_ledger.model.values import Reservation
 
@@ -420,14 +420,14 @@ def test_run_many_returns_values_and_errors_in_order(db_url: URL) -> None:
 
     try:
         assert flusher.run_many([]) == []
-        outcomes = flusher.run_many([Request(lambda tx: 1), Request(refused), Request(lambda tx: 3)])
+        outcomes = flusher.run_many([Deciders(lambda tx: 1), Deciders(refused), Deciders(lambda tx: 3)])
         assert [o if isinstance(o, int) else type(o) for o in outcomes] == [1, ReservationNotFound, 3]
-        (only,) = flusher.run_many([Request(refused)])  # alone: in a transaction of its own
+        (only,) = flusher.run_many([Deciders(refused)])  # alone: in a transaction of its own
         assert isinstance(only, ReservationNotFound)
     finally:
         engine.close()
     with pytest.raises(DatabaseUnavailable):
-        flusher.run_many([Request(lambda tx: 1)])
+        flusher.run_many([Deciders(lambda tx: 1)])
 
 
 def test_bad_options_are_refused() -> None:
@@ -506,7 +506,7 @@ def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url
             )
             quick = reserve.by_function_in(tx, engine.rules, request)
             assert quick is not None
-            over = tx.fast.pipelined([quick.call]) if tx.fast is not None else [[(None,)]]
+            over = tx.pg.pipelined([quick.call]) if tx.pg is not None else [[(None,)]]
             assert quick.finish(over[0]) is None  # over the limit: declined, nothing written
             done = tx.conn.execute(
                 text("SELECT count(*) FROM quota_ledger_try_commit(:id, 'op')"), {"id": made.id}
@@ -527,10 +527,10 @@ class SetCalls:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sizes: dict[str, list[int]] = {"reserve_many": [], "commit_many": []}
-        real = FastPath.pipelined
+        real = PgCursor.pipelined
         lock = threading.Lock()
 
-        def spy(fast: FastPath, calls: Sequence[Call]) -> list[list[Any]]:
+        def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
             with lock:
                 for made in calls:
                     for name, sizes in self.sizes.items():
@@ -538,7 +538,7 @@ class SetCalls:
                             sizes.append(len(made.params["ids"]))
             return real(fast, calls)
 
-        monkeypatch.setattr(FastPath, "pipelined", spy)
+        monkeypatch.setattr(PgCursor, "pipelined", spy)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.pg_fast import Call
+from quota_ledger.driver.pg_cursor import Call
 from quota_ledger.ledger import reserve, resolve
 from quota_ledger.model import requests
 

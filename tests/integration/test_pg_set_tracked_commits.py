@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.ledger import resolve
 from quota_ledger.model.values import Reservation
 
@@ -310,15 +310,15 @@ class CommitManySizes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sizes: list[int] = []
-        real = FastPath.pipelined
+        real = PgCursor.pipelined
         lock = threading.Lock()
 
-        def spy(fast: FastPath, calls: Sequence[Call]) -> list[list[Any]]:
+        def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
             with lock:
                 self.sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_commit_many(" in c.sql)
             return real(fast, calls)
 
-        monkeypatch.setattr(FastPath, "pipelined", spy)
+        monkeypatch.setattr(PgCursor, "pipelined", spy)
 
 
 def test_many_threads_reserving_and_committing_tracked_requests_end_exact(

@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import OverQuota, QuotaEngine
 from quota_ledger.driver import pg_functions
-from quota_ledger.driver.pg_fast import Call, FastPath
+from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.kube import pods
 from quota_ledger.ledger import reserve
 from quota_ledger.model import requests
@@ -370,15 +370,15 @@ def test_tracked_reserves_racing_for_a_limit_are_decided_by_the_set_call(
     postgres_url: URL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sizes: list[int] = []
-    real = FastPath.pipelined
+    real = PgCursor.pipelined
     lock = threading.Lock()
 
-    def spy(fast: FastPath, calls: Sequence[Call]) -> list[list[Any]]:
+    def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
         with lock:
             sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_reserve_many(" in c.sql)
         return real(fast, calls)
 
-    monkeypatch.setattr(FastPath, "pipelined", spy)
+    monkeypatch.setattr(PgCursor, "pipelined", spy)
     engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
     admitted: list[str] = []
     refused: list[OverQuota] = []

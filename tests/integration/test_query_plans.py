@@ -1,7 +1,7 @@
 """The hot statements can use their indexes (PostgreSQL EXPLAIN), so they stay fast at scale.
 
 On PostgreSQL the general path runs the ``PG_*`` statements on the psycopg cursor (see
-``pg_fast``), so those are what is explained here. A statement inside a server-side function is
+``pg_cursor``), so those are what is explained here. A statement inside a server-side function is
 taken from the function as the database holds it (``pg_get_functiondef``), its PL/pgSQL
 variables become parameters, and it is explained both as the first calls plan it (custom plan)
 and as later calls may (generic plan). This needs nothing

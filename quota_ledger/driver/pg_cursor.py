@@ -36,7 +36,7 @@ class Call:
     params: Mapping[str, Any]
 
 
-class FastPath:
+class PgCursor:
     """Runs ``PG_*`` statements on the connection's own psycopg cursor."""
 
     def __init__(self, conn: Connection) -> None:
