@@ -71,7 +71,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
 def _sync(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) -> int:
     from quota_ledger.model.errors import QuotaLedgerError
     from quota_ledger.openstack import keystone, sync
-    from quota_ledger.openstack.limits import MissingRegistered
+    from quota_ledger.openstack.unified_limits import MissingRegistered
 
     if not args.verbose:  # its discovery warnings repeat what the error says
         logging.getLogger("keystoneauth").setLevel(logging.ERROR)

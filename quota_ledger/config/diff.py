@@ -16,7 +16,7 @@ from typing import Any
 from quota_ledger.config import identity
 from quota_ledger.config.rules import GROUP, USER, PartitionRules, Rules
 from quota_ledger.model import drift
-from quota_ledger.model.limits import QUEUE, Counter
+from quota_ledger.model.counters import QUEUE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
 

@@ -1,7 +1,7 @@
 """Checking one queue's new max without validating the whole configuration again.
 
 :meth:`QuotaEngine.set_limits` changes one queue's max. Of YuniKorn's rules (see
-:mod:`.validate` and :mod:`.limits_check`) only these involve a queue's max, so only these are
+:mod:`.validate` and :mod:`.user_group_checks`) only these involve a queue's max, so only these are
 checked, on the queue, its ancestors and its subtree:
 
 - the max parses (each value a quantity);
@@ -33,7 +33,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quota_ledger.config import layered
-from quota_ledger.config.limits_check import (
+from quota_ledger.config.model import MANAGED_BY, partition_name
+from quota_ledger.config.queue_max import ROOT, set_max_resources, text
+from quota_ledger.config.user_group_checks import (
     Report,
     Resources,
     add,
@@ -43,8 +45,6 @@ from quota_ledger.config.limits_check import (
     is_zero,
     parse_map,
 )
-from quota_ledger.config.model import MANAGED_BY, partition_name
-from quota_ledger.config.queue_max import ROOT, set_max_resources, text
 from quota_ledger.config.validate import QUEUE_NAME
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest

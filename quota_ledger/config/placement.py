@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from quota_ledger.config.limits_check import GROUP_NAME, USER_NAME, Report
 from quota_ledger.config.model import ROOT, Partition, PlacementRule, Queue
+from quota_ledger.config.user_group_checks import GROUP_NAME, USER_NAME, Report
 
 RULE_NAME = re.compile(r"[_a-zA-Z][a-zA-Z0-9_]*", re.ASCII)
 #: a one-entry filter that is not a name must use one of these to count as a regular expression

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 
-from quota_ledger.config.limits_check import (
+from quota_ledger.config.model import ROOT, Partition, Queue, SchedulerConfig, normalize
+from quota_ledger.config.placement import check_placement_rules
+from quota_ledger.config.user_group_checks import (
     Report,
     Resources,
     add,
@@ -28,8 +30,6 @@ from quota_ledger.config.limits_check import (
     queue_max,
     reports_queue_max_errors,
 )
-from quota_ledger.config.model import ROOT, Partition, Queue, SchedulerConfig, normalize
-from quota_ledger.config.placement import check_placement_rules
 from quota_ledger.model import queues
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.values import ConfigProblem

@@ -23,7 +23,7 @@ from sqlalchemy import insert as sa_insert
 from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_partitions, quota_usages
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import subtree_bounds
 
 

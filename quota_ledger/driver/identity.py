@@ -13,7 +13,7 @@ from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.counters import force_index
 from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_identity_usages
-from quota_ledger.model.limits import Counter
+from quota_ledger.model.counters import Counter
 
 _D = quota_identity_usages.c
 _IDENTITY_COLUMNS = (_D.id, _D.kind, _D.name, _D.queue, _D.resource, _D.in_use, _D.reserved, _D.hard_limit)

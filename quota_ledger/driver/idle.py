@@ -23,7 +23,7 @@ from quota_ledger.driver.schema import (
     reservation_items,
     reservations,
 )
-from quota_ledger.model.limits import QUEUE
+from quota_ledger.model.counters import QUEUE
 from quota_ledger.model.values import IdleCounter
 
 _U = quota_usages.c

@@ -7,7 +7,7 @@ from typing import Any
 
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
-from quota_ledger.ledger import configure, queue_limits, reads
+from quota_ledger.ledger import configure, reads, set_limits
 from quota_ledger.model import arguments, validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.quantity import APPLICATIONS, parse_limits
@@ -44,7 +44,7 @@ class Configuration(EngineBase):
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
         return self.driver.run(
-            lambda tx: queue_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
+            lambda tx: set_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
         )
 
     def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:

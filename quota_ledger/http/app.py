@@ -203,11 +203,11 @@ def keystone_sync(engine: QuotaEngine, settings: Settings) -> KeystoneSync | Non
     starts, logs why each sync fails and reports the limits' age as not known."""
     if settings.openstack_sync_interval is None:
         return None
-    from quota_ledger.openstack import keystone, limits, sync
+    from quota_ledger.openstack import keystone, sync, unified_limits
 
     options = sync.SyncOptions(
         services=tuple(s.strip() for s in settings.openstack_services.split(",") if s.strip()),
         region=settings.openstack_region,
-        missing=limits.MissingRegistered(settings.openstack_missing_registered),
+        missing=unified_limits.MissingRegistered(settings.openstack_missing_registered),
     )
     return sync.KeystoneSync(engine, keystone.LazyReader(settings.openstack_cloud), options)

@@ -15,8 +15,8 @@ from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import GROUP, USER, PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.model import tracking
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import InvalidRequest
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.queues import lineage
 from quota_ledger.model.tracking import AppState

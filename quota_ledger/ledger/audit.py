@@ -28,7 +28,7 @@ from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.resource_quotas import QUOTA
 from quota_ledger.model import drift, queues
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Drift

@@ -24,8 +24,8 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reads, resource_quotas
 from quota_ledger.ledger.compiled import compile_stored
 from quota_ledger.model import queues, validation
+from quota_ledger.model.counters import QUEUE, SUBTREE
 from quota_ledger.model.errors import ConfigError, InvalidRequest, RemovesAllLimits
-from quota_ledger.model.limits import QUEUE, SUBTREE
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import ConfigProblem
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from quota_ledger.config import references
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.model.limits import QUEUE
+from quota_ledger.model.counters import QUEUE
 from quota_ledger.model.values import IdleCounter
 
 

@@ -16,8 +16,8 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.model.counters import QUEUE, SUBTREE
 from quota_ledger.model.errors import ResourceQuotaNotFound
-from quota_ledger.model.limits import QUEUE, SUBTREE
 from quota_ledger.model.listing import ReservationQuery
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation, ReservationState, Usage

@@ -31,8 +31,8 @@ from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.batch_decision import ByFunction, Many
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import arguments, charges, queues, tracking, validation
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.requests import Identity, ReserveRequest
 from quota_ledger.model.tracking import AppState

@@ -47,8 +47,8 @@ from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import charges, queues
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import QuotaLedgerError
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation

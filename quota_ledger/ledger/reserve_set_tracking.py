@@ -26,7 +26,7 @@ from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
 from quota_ledger.model import tracking
-from quota_ledger.model.limits import Counter
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.tracking import AppState

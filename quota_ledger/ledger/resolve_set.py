@@ -34,8 +34,8 @@ from quota_ledger.ledger import applications
 from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import charges, queues, tracking
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import ReservationStateError
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation, ReservationState
 

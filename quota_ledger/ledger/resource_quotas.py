@@ -21,8 +21,8 @@ from quota_ledger.kube import admission
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import ResourceQuota
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import MissingCoveringQuota, PodMissingResources, ResourceQuotaNotFound
-from quota_ledger.model.limits import Counter
 
 KubeEdit = Callable[[dict[str, Any]], None]
 

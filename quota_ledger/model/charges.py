@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.errors import CounterOverflow, OverQuota, QuotaLedgerError
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS, MAX_QUANTITY
 from quota_ledger.model.values import Violation
 

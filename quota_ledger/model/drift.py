@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from quota_ledger.model.limits import QUEUE, Counter
+from quota_ledger.model.counters import QUEUE, Counter
 from quota_ledger.model.queues import lineage
 from quota_ledger.model.values import Drift
 

@@ -17,7 +17,7 @@ A service swaps ``from oslo_limit import limit`` / ``limit.Enforcer(usage_callba
 Limits come from a :class:`~quota_ledger.openstack.sources.LimitSource`: by default
 :class:`~quota_ledger.openstack.sources.OsloLimitSource` (Keystone through the ``[oslo_limit]``
 options, or oslo.limit's ``LimitFixture``); each project's queues are written into the ledger
-through :func:`~quota_ledger.openstack.limits.owned_queues` when the enforcer first meets it.
+through :func:`~quota_ledger.openstack.unified_limits.owned_queues` when the enforcer first meets it.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from sqlalchemy.engine import URL
 
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model.errors import OverQuota
-from quota_ledger.openstack import limit_view
+from quota_ledger.openstack import oslo_lookup
 from quota_ledger.openstack.claims import Claim
-from quota_ledger.openstack.limit_view import Scope, Units
-from quota_ledger.openstack.limits import EnforcementModel, Selection, queue_path
+from quota_ledger.openstack.oslo_lookup import Scope, Units
 from quota_ledger.openstack.project_queues import KnownLimits, Placed
 from quota_ledger.openstack.sources import LimitSource, OsloLimitSource
+from quota_ledger.openstack.unified_limits import EnforcementModel, Selection, queue_path
 
 #: oslo.limit's ``usage_callback``: (project_id or None, resource names) -> {name: usage}
 UsageCallback = Callable[[str | None, Collection[str]], Mapping[str, int]]
@@ -139,7 +139,7 @@ class Enforcer:
         _check_project(project_id)
         _check_deltas(deltas)
         scopes, usage = self._read(project_id, list(deltas))
-        over = limit_view.over_limits(scopes, usage, deltas)
+        over = oslo_lookup.over_limits(scopes, usage, deltas)
         if over:
             raise ProjectOverLimit(project_id, over)
 
@@ -161,7 +161,7 @@ class Enforcer:
         if resources_to_check is None:
             return [(r.resource_name, r.default_limit) for r in limits.registered]
         return [
-            (name, limit_view.registered_limit(limits, self.selection, name) or 0)
+            (name, oslo_lookup.registered_limit(limits, self.selection, name) or 0)
             for name in resources_to_check
         ]
 
@@ -176,9 +176,9 @@ class Enforcer:
             return self.get_registered_limits(resources_to_check)
         limits, _ = self._known.project(project_id)
         if resources_to_check is None:
-            return limit_view.own_limits(limits, self.selection, project_id)
+            return oslo_lookup.own_limits(limits, self.selection, project_id)
         return [
-            (name, limit_view.project_limit(limits, self.selection, project_id, name))
+            (name, oslo_lookup.project_limit(limits, self.selection, project_id, name))
             for name in resources_to_check
         ]
 
@@ -228,17 +228,17 @@ class Enforcer:
         limits, project = self._known.project(project_id)
         self._placed.place(engine, limits, self.selection, project)
         names = list(deltas)
-        scopes = limit_view.scopes(limits, self.selection, project, names)
-        units = {name: limit_view.units_of(limits, self.selection, name) for name in names}
+        scopes = oslo_lookup.scopes(limits, self.selection, project, names)
+        units = {name: oslo_lookup.units_of(limits, self.selection, name) for name in names}
         # What the ledger cannot refuse by itself: a delta of 0 over a limit already passed, and
         # a resource nothing registers (no limit in the ledger, 0 in oslo.limit's reading).
         unguarded = [
-            n for n in names if deltas[n] == 0 or not limit_view.mentioned(limits, self.selection, n)
+            n for n in names if deltas[n] == 0 or not oslo_lookup.mentioned(limits, self.selection, n)
         ]
         if unguarded:
             usage = self._ledger_usage(scopes, units)
-            if limit_view.over_limits(scopes, usage, {n: deltas[n] for n in unguarded}):
-                raise ProjectOverLimit(project_id, limit_view.over_limits(scopes, usage, deltas))
+            if oslo_lookup.over_limits(scopes, usage, {n: deltas[n] for n in unguarded}):
+                raise ProjectOverLimit(project_id, oslo_lookup.over_limits(scopes, usage, deltas))
         wanted = {units[n].resource.name: units[n].to_ledger(v) for n, v in deltas.items() if v > 0}
         if not wanted:
             raise ValueError("a claim needs a positive delta (enforce() checks current usage)")
@@ -260,10 +260,10 @@ class Enforcer:
             self._placed.forget(project.id)
             self._placed.place(engine, limits, self.selection, project)
             usage = self._ledger_usage(scopes, units)
-            if limit_view.over_limits(scopes, usage, dict.fromkeys(deltas, 0)):
+            if oslo_lookup.over_limits(scopes, usage, dict.fromkeys(deltas, 0)):
                 held.rollback()
                 raise ProjectOverLimit(
-                    project_id, limit_view.over_limits(scopes, self._ledger_usage(scopes, units), deltas)
+                    project_id, oslo_lookup.over_limits(scopes, self._ledger_usage(scopes, units), deltas)
                 )
         return held
 
@@ -276,7 +276,7 @@ class Enforcer:
         limits, project = self._known.project(project_id)
         amounts = {}
         for name, value in deltas.items():
-            units = limit_view.units_of(limits, self.selection, name)
+            units = oslo_lookup.units_of(limits, self.selection, name)
             amounts[units.resource.name] = units.to_ledger(value)
         engine.release(
             queue_path(limits.model, project), amounts, partition=self.selection.partition, key=key
@@ -298,15 +298,15 @@ class Enforcer:
                 raise ValueError("the ledger counts per project: project_id must be a non-empty string")
             limits = self._known.registered()
             scope = Scope(
-                queue="", limits={n: limit_view.default_limit(limits, self.selection, n) for n in names}
+                queue="", limits={n: oslo_lookup.default_limit(limits, self.selection, n) for n in names}
             )
             return [scope], {"": self._callback(None, names)}
         limits, project = self._known.project(project_id)
-        scopes = limit_view.scopes(limits, self.selection, project, names)
+        scopes = oslo_lookup.scopes(limits, self.selection, project, names)
         if self.engine is None:
             return scopes, {scopes[0].queue: self._callback(project_id, names)}
         self._placed.place(self.engine, limits, self.selection, project)
-        units = {name: limit_view.units_of(limits, self.selection, name) for name in names}
+        units = {name: oslo_lookup.units_of(limits, self.selection, name) for name in names}
         return scopes, self._ledger_usage(scopes, units)
 
     def _callback(self, project_id: str | None, names: list[str]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from quota_ledger.model.errors import QuotaLedgerError
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.unified_limits import (
     DomainLimit,
     EnforcementModel,
     KeystoneLimits,

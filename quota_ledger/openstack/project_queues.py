@@ -3,7 +3,7 @@
 :class:`KnownLimits` reads a source once (or at every use without ``cache``) and looks up a
 project it has not seen on demand. :func:`place` writes one project's queues (its own, and
 under ``strict_two_level`` its domain's) into the ledger's configuration as
-:func:`~quota_ledger.openstack.limits.owned_queues` maps them, leaving every other queue as it
+:func:`~quota_ledger.openstack.unified_limits.owned_queues` maps them, leaving every other queue as it
 is: an enforcer adds the projects it meets one by one, and enforcers of other processes add
 theirs at the same time without removing each other's (each addition is one
 :meth:`~quota_ledger.engine.QuotaEngine.edit_config`, under the configuration's lock).
@@ -20,7 +20,8 @@ from typing import Any
 
 from quota_ledger.config.model import ROOT
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.sources import LimitSource
+from quota_ledger.openstack.unified_limits import (
     EnforcementModel,
     KeystoneLimits,
     MappingProblem,
@@ -29,7 +30,6 @@ from quota_ledger.openstack.limits import (
     is_owned,
     owned_queues,
 )
-from quota_ledger.openstack.sources import LimitSource
 
 
 class KnownLimits:

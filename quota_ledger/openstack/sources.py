@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.unified_limits import (
     DomainLimit,
     EnforcementModel,
     KeystoneLimits,

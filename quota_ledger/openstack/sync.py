@@ -25,7 +25,7 @@ from typing import Protocol
 from quota_ledger.config.model import DEFAULT_PARTITION
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.unified_limits import (
     KeystoneLimits,
     MissingRegistered,
     Project,

@@ -12,7 +12,7 @@ from quota_ledger.driver import reads
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.model import drift, history, queues
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.values import Reservation, Usage
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from upstream_cases import agree, load, params
 
-from quota_ledger.config.limits_check import Report, check_limit_hierarchy, check_queue_limits
 from quota_ledger.config.model import Partition, PlacementRule, Queue
 from quota_ledger.config.placement import check_rule
+from quota_ledger.config.user_group_checks import Report, check_limit_hierarchy, check_queue_limits
 from quota_ledger.config.validate import check_node_sort_policy
 from quota_ledger.ledger import configure
 

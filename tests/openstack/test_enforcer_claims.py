@@ -16,7 +16,8 @@ from oslo_limit import exception
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.openstack import Enforcer
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.sources import GivenLimits
+from quota_ledger.openstack.unified_limits import (
     DomainLimit,
     EnforcementModel,
     KeystoneLimits,
@@ -24,7 +25,6 @@ from quota_ledger.openstack.limits import (
     ProjectLimit,
     RegisteredLimit,
 )
-from quota_ledger.openstack.sources import GivenLimits
 
 CYBORG = "svc-cyborg"
 NOVA = "svc-nova"

@@ -22,7 +22,7 @@ from test_keystone_sync import Cloud
 
 from quota_ledger import QuotaEngine
 from quota_ledger.openstack import Enforcer
-from quota_ledger.openstack.limits import Selection
+from quota_ledger.openstack.unified_limits import Selection
 
 pytestmark = pytest.mark.keystone
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.drift import (
     COMMIT,
     RELEASE,
@@ -14,7 +15,6 @@ from quota_ledger.model.drift import (
     journal_drift,
     missing_queue_counters,
 )
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import in_subtree
 from quota_ledger.model.values import Drift
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from quota_ledger.model import charges
 from quota_ledger.model.charges import Ask, Charge, decide, decide_one
+from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import CounterOverflow, OverQuota
-from quota_ledger.model.limits import Counter
 from quota_ledger.model.quantity import APPLICATIONS, MAX_QUANTITY
 
 

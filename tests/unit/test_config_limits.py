@@ -12,7 +12,7 @@ import pytest
 from config_builders import AMOUNT, accepted, doc, in_a, lim, mem, problems, q, refused, res
 
 from quota_ledger.config.amounts import SUFFIXES
-from quota_ledger.config.limits_check import ONLY_WILDCARD_GROUP
+from quota_ledger.config.user_group_checks import ONLY_WILDCARD_GROUP
 
 # -- 1.4.1: limits within one queue ----------------------------------------------------------------
 

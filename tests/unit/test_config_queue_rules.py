@@ -14,8 +14,8 @@ import pytest
 from config_builders import AMOUNT, accepted, doc, lim, problems, q, refused, res
 
 from quota_ledger.config.amounts import SUFFIXES
-from quota_ledger.config.limits_check import Report
 from quota_ledger.config.model import Partition, Queue
+from quota_ledger.config.user_group_checks import Report
 from quota_ledger.config.validate import INVALID_QUEUE_NAME, check_limits_structure
 from quota_ledger.model.values import ConfigProblem
 

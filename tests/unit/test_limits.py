@@ -1,4 +1,4 @@
-"""Which limits a request breaks, and the 64-bit overflow guard: pure arithmetic over counters."""
+"""Which limits a reserve breaks, and the 64-bit overflow guard: the rule (model/charges.py) over counters."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quota_ledger.model.charges import Ask, Charge, decide_one
+from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.errors import CounterOverflow
-from quota_ledger.model.limits import QUEUE, SUBTREE, Counter, check_overflow, violations
 from quota_ledger.model.quantity import MAX_QUANTITY
 from quota_ledger.model.values import Violation
 
@@ -22,6 +23,22 @@ def limit(scope: str, resource: str, lim: int | None, in_use: int = 0, reserved:
 
 def own(scope: str, resource: str, in_use: int = 0, reserved: int = 0) -> Counter:
     return Counter(next(_ids), QUEUE, scope, resource, in_use, reserved, None)
+
+
+def violations(partition: str, requested: dict[str, int], counters: list[Counter]) -> list[Violation]:
+    """What the rule says a reserve of ``requested`` breaks on ``counters`` (a counter of a
+    resource not requested is charged nothing)."""
+    charged = [Charge(c, reserved=requested.get(c.resource, 0)) for c in counters]
+    return list(decide_one(Ask(partition, charged)).violations)
+
+
+def check_overflow(deltas: dict[str, int], counters: list[Counter], *, field: str = "reserved") -> None:
+    """Raise what the rule refuses for adding ``deltas`` to ``field`` of ``counters``, ignoring limits."""
+    charged = [
+        Charge(c, **{field: deltas.get(c.resource, 0)})  # type: ignore[arg-type]
+        for c in counters
+    ]
+    decide_one(Ask("default", charged, enforced=False)).admit()
 
 
 def keys(found: list[Violation]) -> list[tuple[str, str]]:
@@ -131,7 +148,7 @@ def test_violation_exactly_when_sum_exceeds_limit(lim: int, in_use: int, reserve
     assert (found != []) == (amount > 0 and in_use + reserved + amount > lim)
 
 
-# -- check_overflow -------------------------------------------------------------------------------
+# -- the bigint range -------------------------------------------------------------------------------
 
 
 def test_overflow_check_allows_exactly_max() -> None:

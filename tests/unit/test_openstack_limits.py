@@ -8,8 +8,8 @@ import pytest
 
 from quota_ledger.config import load, validate
 from quota_ledger.config.model import MANAGED_BY
-from quota_ledger.openstack import limits as ks
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack import unified_limits as ks
+from quota_ledger.openstack.unified_limits import (
     DomainLimit,
     EnforcementModel,
     KeystoneLimits,

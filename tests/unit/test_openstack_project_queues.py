@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from quota_ledger.config.model import MANAGED_BY
-from quota_ledger.openstack.limits import KEYSTONE, MappingProblem
 from quota_ledger.openstack.project_queues import upsert
+from quota_ledger.openstack.unified_limits import KEYSTONE, MappingProblem
 
 OWNED = {MANAGED_BY: KEYSTONE}
 

@@ -4,7 +4,7 @@ what is over them. Pure; no I/O.
 oslo.limit answers a project's limit of a resource with the project's own limit, else the
 registered default, else 0 (a resource nobody registered is refused). ``-1`` is unlimited.
 Under ``strict_two_level`` a project counts against two queues: its own (its limit capped by
-its domain's, as :mod:`quota_ledger.openstack.limits` maps it) and its domain's, whose limit
+its domain's, as :mod:`quota_ledger.openstack.unified_limits` maps it) and its domain's, whose limit
 holds for all of the domain's projects together. Each is a :class:`Scope`.
 """
 
@@ -17,7 +17,7 @@ from oslo_limit.exception import OverLimitInfo
 
 from quota_ledger.config.model import ROOT
 from quota_ledger.model.quantity import parse_quantity
-from quota_ledger.openstack.limits import (
+from quota_ledger.openstack.unified_limits import (
     UNLIMITED,
     DomainLimit,
     EnforcementModel,
