@@ -11,7 +11,7 @@ so a batch decides exactly what its requests, run one after another, would have 
 
 How one batch's transaction decides its requests (a set call for many on PostgreSQL, a
 set function on MariaDB and SQLite, then each remaining request's step) is
-:mod:`quota_ledger.ledger.batch_decision`.
+:mod:`quota_ledger.ledger.group_decision`.
 
 Every caller learns its outcome only after the batch's transaction has committed. The driver
 retries the whole batch on a deadlock, a serialization failure or a lost connection (every step
@@ -42,7 +42,7 @@ from typing import Any, Generic, TypeVar
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger.batch_decision import ByFunction, Refused, Together, decide
+from quota_ledger.ledger.group_decision import ByFunction, Refused, Together, decide
 from quota_ledger.model.errors import DatabaseUnavailable
 
 T = TypeVar("T")

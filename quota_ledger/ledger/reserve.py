@@ -28,8 +28,8 @@ from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
-from quota_ledger.ledger.batch_decision import ByFunction, Many
 from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.ledger.group_decision import ByFunction, Many
 from quota_ledger.model import arguments, charges, queues, tracking, validation
 from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources

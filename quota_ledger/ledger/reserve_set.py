@@ -43,8 +43,8 @@ from quota_ledger.config.identity import Key
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.ledger import reserve, reserve_set_tracking, resource_quotas
-from quota_ledger.ledger.batch_decision import Together
 from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.ledger.group_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import charges, queues
 from quota_ledger.model.counters import Counter

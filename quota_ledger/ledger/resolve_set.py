@@ -31,7 +31,7 @@ from typing import Any
 from quota_ledger.driver.journal import journal_rows
 from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.ledger import applications
-from quota_ledger.ledger.batch_decision import Together
+from quota_ledger.ledger.group_decision import Together
 from quota_ledger.ledger.resolve import by_key, counters_of
 from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.counters import Counter
