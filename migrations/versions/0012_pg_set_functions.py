@@ -24,7 +24,8 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-_DEFINITIONS = ("reserve_many", "commit_many")
+# the definitions of this revision, which 0015 replaced
+_DEFINITIONS = ("reserve_many_v1", "commit_many_v1")
 _FUNCTIONS = (
     "quota_ledger_reserve_many(text, integer, integer, integer, text[], text[], text[], text[], text[],"
     " bigint[], text[], text[], text[], text[], text[], text[], integer[], text[], bigint[], integer[], text[],"

@@ -189,20 +189,47 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
         engine.dispose()
 
 
+@pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
+def test_each_revision_keeps_its_set_functions_up_and_down(empty_db: URL) -> None:
+    names = {"quota_ledger_reserve_many": "reserve_many", "quota_ledger_commit_many": "commit_many"}
+    for name in names.values():
+        assert body(sql.definition(f"{name}_v1")) != body(sql.definition(name))
+    engine = create_engine(normalize_url(empty_db))
+    try:
+        for revision, suffix in (("0012", "_v1"), ("head", ""), ("0014", "_v1"), ("head", "")):
+            if revision == "0014":
+                migrate.downgrade(engine, revision)
+            else:
+                migrate.upgrade(engine, revision)
+            with engine.connect() as conn:
+                for function, name in names.items():
+                    assert installed_body(conn, function) == body(sql.definition(name + suffix)), revision
+        # group commit decides on the head's functions
+        with QuotaEngine.from_url(empty_db, batching=True) as ledger:
+            ledger.set_limits("root", {"fpga": 10})
+            ledger.commit(ledger.reserve("root.a", {"fpga": 1}).id)
+            assert ledger.usage("root.a")["fpga"].in_use == 1
+            assert ledger.audit() == []
+    finally:
+        engine.dispose()
+
+
 # What each file held when the revision that installs it was released. A released revision must
 # build the same function forever, so an edit to one of these files would silently change what
 # existing databases would have got: add a revision instead (see quota_ledger/driver/sql).
 _RELEASED = {
     "check_updated.sql": "1b2915cf8cffac5a",
     "commit.sql": "74140e964323e54a",
-    "commit_many.sql": "82852b8da6d9eb78",
+    "commit_many.sql": "41f4e63aa51a62ef",
+    "commit_many_v1.sql": "82852b8da6d9eb78",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
     "reserve.sql": "c9a49cb0832ef62a",
     "reserve_v2.sql": "95b0f62d5927aa9e",
-    "reserve_many.sql": "174a3296b7e4f486",
+    "reserve_many.sql": "a54f2d87f5fd2763",
+    "reserve_many_v1.sql": "174a3296b7e4f486",
     "reserve_v1.sql": "36cb63393885e0c5",
     "try_commit.sql": "bd69858c05afaa00",
     "try_reserve.sql": "47db5b4af1a49d3f",

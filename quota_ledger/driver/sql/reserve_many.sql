@@ -36,12 +36,18 @@ CREATE OR REPLACE FUNCTION quota_ledger_reserve_many(
 ) RETURNS TABLE (created_at timestamp, idx integer)
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- lookups by key only (see quota_ledger_reserve)
+SET plan_cache_mode = force_generic_plan  -- planned once per connection (see below)
 AS $$
 DECLARE
     v_now timestamp;
     v_inserted integer[];
     -- requests inserted but set aside
     v_aside integer[];
+    -- whether an inserted request has an app_key; whether an inserted item had no queue
+    -- counter; how many counters (other than subtree ones) were missing when locked
+    v_tracked boolean := cardinality(array_remove(p_app_keys, NULL)) > 0;
+    v_uncounted boolean;
+    v_unfound integer;
     -- app keys no row had when locked; the rows this call inserted; the requests starting a
     -- named application
     v_fresh text[];
@@ -58,12 +64,11 @@ DECLARE
     q_tid tid[];
     q_scope text[];
     q_resource text[];
-    v_first_over integer;
     v_admitted integer[];
     v_tids tid[];
-    v_dis bigint[];
-    v_drs bigint[];
+    v_id_tids tid[];
     v_updated integer;
+    v_id_updated integer;
     -- what each request charges: (request, kind, key, resource, amount); kind 0: a queue's own
     -- counter (k1 the queue), 1: a subtree counter (k1 the queue), 2: a user/group counter
     -- (k1..k3: kind, name, queue), 3: a ResourceQuota counter (k1..k3: 'quota', name, queue)
@@ -84,6 +89,13 @@ DECLARE
     l_used numeric[];
     l_cap numeric[];
 BEGIN
+    -- A call of up to 8 requests runs each statement's generic plan (planned once per
+    -- connection): planning a custom plan for every statement of every call would cost more
+    -- than running it. A larger call lets the plan cache choose, as for any statement (a custom
+    -- plan hashes a lookup in an array of 9 elements or more).
+    IF cardinality(p_ids) > 8 THEN
+        PERFORM set_config('plan_cache_mode', 'auto', true);
+    END IF;
     PERFORM pg_advisory_xact_lock_shared(p_lock_ns, p_lock_key);
     IF (SELECT version FROM quota_config_head WHERE id = 1) IS DISTINCT FROM p_version THEN
         RETURN;
@@ -108,22 +120,45 @@ BEGIN
         RETURN;
     END IF;
     -- A resource the partition names nowhere yet is left to the general path, which checks the
-    -- partition's bound on distinct resource names.
-    SELECT coalesce(array_agg(DISTINCT i.owner), '{}') INTO v_aside
-    FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
-    WHERE i.owner = ANY (v_inserted) AND NOT EXISTS (
-        SELECT 1 FROM quota_usages u WHERE u."partition" = p_partition AND u.resource = i.resource);
-    IF EXISTS (SELECT 1 FROM unnest(v_inserted) AS n WHERE p_app_keys[n] IS NOT NULL) THEN
+    -- partition's bound on distinct resource names. (An item whose queue counter exists names
+    -- a resource the partition has: only the others are looked for among all its counters. And
+    -- with every queue counter there, none is missing when the missing ones are made below: a
+    -- counter goes only under the exclusive partition lock.)
+    SELECT coalesce(array_agg(DISTINCT i.owner) FILTER (WHERE i.unknown), '{}'),
+           coalesce(bool_or(NOT i.counted), false)
+    INTO v_aside, v_uncounted
+    FROM (SELECT i.owner, q.counted,
+                 CASE WHEN q.counted THEN false
+                      ELSE NOT EXISTS (SELECT 1 FROM quota_usages u
+                                       WHERE u."partition" = p_partition AND u.resource = i.resource) END AS unknown
+          FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+          CROSS JOIN LATERAL (
+              SELECT EXISTS (SELECT 1 FROM quota_usages u
+                             WHERE u."partition" = p_partition AND u.scope_type = 'queue'
+                               AND u.scope = p_queues[i.owner] AND u.resource = i.resource) AS counted) AS q
+          WHERE i.owner = ANY (v_inserted)) AS i;
+    IF v_tracked THEN
+        v_tracked := EXISTS (SELECT 1 FROM unnest(v_inserted) AS n WHERE p_app_keys[n] IS NOT NULL);
+    END IF;
+    IF v_tracked THEN
         -- The application rows: those that exist are locked and must be running and the
         -- caller's; a new one is inserted for its first request (the one that starts it) and
-        -- charged once the prefix admitted is known (removed again if that one is not).
-        PERFORM 1 FROM quota_applications a
-        WHERE a."partition" = p_partition
-          AND a.app_key = ANY (SELECT p_app_keys[n] FROM unnest(v_inserted) AS n)
-        ORDER BY a.app_key FOR UPDATE;
+        -- charged once the prefix admitted is known (removed again if that one is not). Each is
+        -- looked up by its whole key.
+        PERFORM 1
+        FROM (SELECT p_app_keys[n] AS app_key FROM unnest(v_inserted) AS n
+              WHERE p_app_keys[n] IS NOT NULL
+              GROUP BY p_app_keys[n] ORDER BY p_app_keys[n] COLLATE "C") AS k
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM quota_applications a
+            WHERE a."partition" = p_partition AND a.app_key = k.app_key
+            LIMIT 1 FOR UPDATE) AS a;
         v_aside := v_aside || ARRAY(
             SELECT n FROM unnest(v_inserted) AS n
-            JOIN quota_applications a ON a."partition" = p_partition AND a.app_key = p_app_keys[n]
+            CROSS JOIN LATERAL (
+                SELECT a.state, a.user_name, a.application, a.queue, a.group_name FROM quota_applications a
+                WHERE a."partition" = p_partition AND a.app_key = p_app_keys[n]
+                LIMIT 1) AS a
             WHERE a.state <> 'running' OR a.user_name IS DISTINCT FROM p_users[n]
                OR a.application IS DISTINCT FROM p_applications[n] OR a.queue <> p_queues[n]
                OR a.group_name IS DISTINCT FROM p_app_groups[n]);
@@ -260,14 +295,17 @@ BEGIN
     END IF;
     -- The queue counters missing are created before any counter is locked (then two first uses
     -- cannot deadlock).
-    IF EXISTS (
-        SELECT 1 FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
-        WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (v_aside)
-          AND NOT EXISTS (
-            SELECT 1 FROM quota_usages u
-            WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queues[i.owner]
-              AND u.resource = i.resource
-            OFFSET 0)) THEN
+    IF v_uncounted THEN
+        v_uncounted := EXISTS (
+            SELECT 1 FROM unnest(p_item_owners, p_item_resources) AS i(owner, resource)
+            WHERE i.owner = ANY (v_inserted) AND NOT i.owner = ANY (v_aside)
+              AND NOT EXISTS (
+                SELECT 1 FROM quota_usages u
+                WHERE u."partition" = p_partition AND u.scope_type = 'queue' AND u.scope = p_queues[i.owner]
+                  AND u.resource = i.resource
+                OFFSET 0));
+    END IF;
+    IF v_uncounted THEN
         INSERT INTO quota_partitions (name, created_at) VALUES (p_partition, v_now) ON CONFLICT DO NOTHING;
         WITH made AS (
             INSERT INTO quota_usages ("partition", scope_type, scope, resource, in_use, reserved, hard_limit,
@@ -316,66 +354,76 @@ BEGIN
         RETURN;
     END IF;
     -- The counters, each set in the canonical order and in byte order, each looked up and locked
-    -- by its whole unique key (LATERAL runs per key, in order; LIMIT 1 keeps it a lookup).
-    SELECT array_agg(w.kind), array_agg(w.k1), array_agg(w.k2), array_agg(w.k3), array_agg(w.resource),
-           array_agg(c.ctid), array_agg(c.in_use::numeric + c.reserved),
-           array_agg(CASE WHEN w.kind = 0 THEN 9223372036854775807
-                          ELSE coalesce(c.hard_limit, 9223372036854775807) END)
-    INTO l_kind, l_k1, l_k2, l_k3, l_resource, l_tid, l_used, l_cap
-    FROM (SELECT t.kind, t.k1, t.k2, t.k3, t.resource
-          FROM unnest(w_kind, w_k1, w_k2, w_k3, w_resource) AS t(kind, k1, k2, k3, resource)
-          WHERE t.kind < 2
-          GROUP BY t.kind, t.k1, t.k2, t.k3, t.resource
-          ORDER BY t.kind, t.k1 COLLATE "C", t.resource COLLATE "C") AS w
-    CROSS JOIN LATERAL (
-        SELECT u.ctid, u.in_use, u.reserved, u.hard_limit FROM quota_usages u
-        WHERE u."partition" = p_partition AND u.scope_type = CASE w.kind WHEN 0 THEN 'queue' ELSE 'subtree' END
-          AND u.scope = w.k1 AND u.resource = w.resource
-        LIMIT 1 FOR UPDATE) AS c;
-    IF EXISTS (SELECT 1 FROM unnest(w_kind) AS k WHERE k >= 2) THEN
-        SELECT l_kind || array_agg(w.kind), l_k1 || array_agg(w.k1), l_k2 || array_agg(w.k2),
-               l_k3 || array_agg(w.k3), l_resource || array_agg(w.resource), l_tid || array_agg(c.ctid),
-               l_used || array_agg(c.in_use::numeric + c.reserved),
-               l_cap || array_agg(coalesce(c.hard_limit, 9223372036854775807)::numeric)
-        INTO l_kind, l_k1, l_k2, l_k3, l_resource, l_tid, l_used, l_cap
+    -- by its whole unique key (LATERAL runs per key, in order; LIMIT 1 keeps it a lookup): the
+    -- queues' own and subtree counters, then the user/group and ResourceQuota counters.
+    SELECT array_agg(c.kind) FILTER (WHERE c.tid IS NOT NULL), array_agg(c.k1) FILTER (WHERE c.tid IS NOT NULL),
+           array_agg(c.k2) FILTER (WHERE c.tid IS NOT NULL), array_agg(c.k3) FILTER (WHERE c.tid IS NOT NULL),
+           array_agg(c.resource) FILTER (WHERE c.tid IS NOT NULL), array_agg(c.tid) FILTER (WHERE c.tid IS NOT NULL),
+           array_agg(c.used) FILTER (WHERE c.tid IS NOT NULL), array_agg(c.cap) FILTER (WHERE c.tid IS NOT NULL),
+           count(*) FILTER (WHERE c.tid IS NULL AND c.kind <> 1)
+    INTO l_kind, l_k1, l_k2, l_k3, l_resource, l_tid, l_used, l_cap, v_unfound
+    FROM (
+        SELECT w.kind, w.k1, w.k2, w.k3, w.resource, c.ctid AS tid, c.in_use::numeric + c.reserved AS used,
+               CASE WHEN w.kind = 0 THEN 9223372036854775807
+                    ELSE coalesce(c.hard_limit, 9223372036854775807) END::numeric AS cap
+        FROM (SELECT t.kind, t.k1, t.k2, t.k3, t.resource
+              FROM unnest(w_kind, w_k1, w_k2, w_k3, w_resource) AS t(kind, k1, k2, k3, resource)
+              WHERE t.kind < 2
+              GROUP BY t.kind, t.k1, t.k2, t.k3, t.resource
+              ORDER BY t.kind, t.k1 COLLATE "C", t.resource COLLATE "C") AS w
+        LEFT JOIN LATERAL (
+            SELECT u.ctid, u.in_use, u.reserved, u.hard_limit FROM quota_usages u
+            WHERE u."partition" = p_partition AND u.scope_type = CASE w.kind WHEN 0 THEN 'queue' ELSE 'subtree' END
+              AND u.scope = w.k1 AND u.resource = w.resource
+            LIMIT 1 FOR UPDATE) AS c ON true
+        UNION ALL
+        SELECT w.kind, w.k1, w.k2, w.k3, w.resource, c.ctid, c.in_use::numeric + c.reserved,
+               coalesce(c.hard_limit, 9223372036854775807)::numeric
         FROM (SELECT t.kind, t.k1, t.k2, t.k3, t.resource
               FROM unnest(w_kind, w_k1, w_k2, w_k3, w_resource) AS t(kind, k1, k2, k3, resource)
               WHERE t.kind >= 2
               GROUP BY t.kind, t.k1, t.k2, t.k3, t.resource
               ORDER BY t.kind, t.k1 COLLATE "C", t.k2 COLLATE "C", t.k3 COLLATE "C", t.resource COLLATE "C") AS w
-        CROSS JOIN LATERAL (
+        LEFT JOIN LATERAL (
             SELECT u.ctid, u.in_use, u.reserved, u.hard_limit FROM quota_identity_usages u
             WHERE u."partition" = p_partition AND u.kind = w.k1 AND u.name = w.k2 AND u.queue = w.k3
               AND u.resource = w.resource
-            LIMIT 1 FOR UPDATE) AS c;
-    END IF;
+            LIMIT 1 FOR UPDATE) AS c ON true) AS c;
     -- a request whose own, user/group or ResourceQuota counter is missing still is set aside
     -- too, and so are the later requests of an application its first one would have started
-    v_aside := v_aside || ARRAY(
-        SELECT DISTINCT w.idx
-        FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource) AS w(idx, kind, k1, k2, k3, resource)
-        WHERE w.kind <> 1 AND NOT EXISTS (
-            SELECT 1 FROM unnest(l_kind, l_k1, l_k2, l_k3, l_resource) AS l(kind, k1, k2, k3, resource)
-            WHERE l.kind = w.kind AND l.k1 = w.k1 AND l.k2 = w.k2 AND l.k3 = w.k3 AND l.resource = w.resource));
-    v_aside := v_aside || ARRAY(
-        SELECT n FROM unnest(v_inserted) AS n
-        WHERE p_app_keys[n] = ANY (v_new_keys) AND (
-            SELECT min(m) FROM unnest(v_inserted) AS m WHERE p_app_keys[m] = p_app_keys[n]) = ANY (v_aside));
-    SELECT min(r.idx) INTO v_first_over
-    FROM (SELECT w.idx, w.kind, w.k1, w.k2, w.k3, w.resource,
-                 sum(w.amount) OVER (PARTITION BY w.kind, w.k1, w.k2, w.k3, w.resource ORDER BY w.idx) AS total
-          FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource, w_amount)
-               AS w(idx, kind, k1, k2, k3, resource, amount)
-          WHERE NOT w.idx = ANY (v_aside)) AS r
-    JOIN unnest(l_kind, l_k1, l_k2, l_k3, l_resource, l_used, l_cap) AS l(kind, k1, k2, k3, resource, used, cap)
-      ON l.kind = r.kind AND l.k1 = r.k1 AND l.k2 = r.k2 AND l.k3 = r.k3 AND l.resource = r.resource
-    WHERE l.used + r.total > l.cap;
-    SELECT array_agg(n ORDER BY n) INTO v_admitted FROM unnest(v_inserted) AS n
-    WHERE NOT n = ANY (v_aside) AND (v_first_over IS NULL OR n < v_first_over);
-    v_admitted := coalesce(v_admitted, '{}');
-    DELETE FROM reservations r
-    WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n WHERE NOT n = ANY (v_admitted));
-    IF v_new_keys IS NOT NULL THEN
+    IF v_unfound > 0 THEN
+        v_aside := v_aside || ARRAY(
+            SELECT DISTINCT w.idx
+            FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource) AS w(idx, kind, k1, k2, k3, resource)
+            WHERE w.kind <> 1 AND NOT EXISTS (
+                SELECT 1 FROM unnest(l_kind, l_k1, l_k2, l_k3, l_resource) AS l(kind, k1, k2, k3, resource)
+                WHERE l.kind = w.kind AND l.k1 = w.k1 AND l.k2 = w.k2 AND l.k3 = w.k3 AND l.resource = w.resource));
+    END IF;
+    IF cardinality(v_new_keys) > 0 THEN
+        v_aside := v_aside || ARRAY(
+            SELECT n FROM unnest(v_inserted) AS n
+            WHERE p_app_keys[n] = ANY (v_new_keys) AND (
+                SELECT min(m) FROM unnest(v_inserted) AS m WHERE p_app_keys[m] = p_app_keys[n]) = ANY (v_aside));
+    END IF;
+    -- of the others, those before the first that would take a counter over its cap
+    WITH over AS (
+        SELECT min(r.idx) AS first
+        FROM (SELECT w.idx, w.kind, w.k1, w.k2, w.k3, w.resource,
+                     sum(w.amount) OVER (PARTITION BY w.kind, w.k1, w.k2, w.k3, w.resource ORDER BY w.idx) AS total
+              FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource, w_amount)
+                   AS w(idx, kind, k1, k2, k3, resource, amount)
+              WHERE NOT w.idx = ANY (v_aside)) AS r
+        JOIN unnest(l_kind, l_k1, l_k2, l_k3, l_resource, l_used, l_cap) AS l(kind, k1, k2, k3, resource, used, cap)
+          ON l.kind = r.kind AND l.k1 = r.k1 AND l.k2 = r.k2 AND l.k3 = r.k3 AND l.resource = r.resource
+        WHERE l.used + r.total > l.cap)
+    SELECT coalesce(array_agg(n ORDER BY n), '{}') INTO v_admitted
+    FROM unnest(v_inserted) AS n CROSS JOIN over
+    WHERE NOT n = ANY (v_aside) AND (over.first IS NULL OR n < over.first);
+    IF cardinality(v_admitted) < cardinality(v_inserted) THEN
+        DELETE FROM reservations r
+        WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n WHERE NOT n = ANY (v_admitted));
+    END IF;
+    IF cardinality(v_new_keys) > 0 THEN
         -- the rows of applications no admitted request starts
         DELETE FROM quota_applications a
         WHERE a."partition" = p_partition AND a.app_key = ANY (v_new_keys)
@@ -407,12 +455,11 @@ BEGIN
     IF cardinality(v_admitted) = 0 THEN
         RETURN;
     END IF;
-    INSERT INTO reservation_items (reservation_id, resource, amount)
-    SELECT p_ids[i.owner], i.resource, i.amount
-    FROM unnest(p_item_owners, p_item_resources, p_item_amounts) AS i(owner, resource, amount)
-    WHERE i.owner = ANY (v_admitted);
     -- each application row once: its admitted requests' items reserved, each pending
-    IF EXISTS (SELECT 1 FROM unnest(v_admitted) AS n WHERE p_app_keys[n] IS NOT NULL) THEN
+    IF v_tracked THEN
+        v_tracked := EXISTS (SELECT 1 FROM unnest(v_admitted) AS n WHERE p_app_keys[n] IS NOT NULL);
+    END IF;
+    IF v_tracked THEN
         UPDATE quota_applications a SET "usage" = d.usage::text, pending = a.pending + d.n
         FROM (SELECT a2.id, s.n,
                      a2."usage"::jsonb || coalesce((
@@ -425,44 +472,47 @@ BEGIN
                                GROUP BY t.resource) AS i), '{}'::jsonb) AS usage
               FROM (SELECT p_app_keys[n] AS app_key, count(*)::integer AS n FROM unnest(v_admitted) AS n
                     WHERE p_app_keys[n] IS NOT NULL GROUP BY p_app_keys[n]) AS s
-              JOIN quota_applications a2 ON a2."partition" = p_partition AND a2.app_key = s.app_key) AS d
+              CROSS JOIN LATERAL (
+                  SELECT a2.id, a2.app_key, a2."usage" FROM quota_applications a2
+                  WHERE a2."partition" = p_partition AND a2.app_key = s.app_key
+                  LIMIT 1) AS a2) AS d
         WHERE a.id = d.id;
     END IF;
-    -- every counter charged once with the admitted requests' sum (a running-application count
-    -- is in use at once, and so is a ResourceQuota charge; resources are reserved)
-    SELECT array_agg(l.tid),
-           array_agg(CASE WHEN l.kind = 3 OR (l.kind > 0 AND l.resource = 'applications') THEN s.amount ELSE 0 END),
-           array_agg(CASE WHEN l.kind = 3 OR (l.kind > 0 AND l.resource = 'applications') THEN 0 ELSE s.amount END)
-    INTO v_tids, v_dis, v_drs
-    FROM (SELECT w.kind, w.k1, w.k2, w.k3, w.resource, sum(w.amount)::bigint AS amount
-          FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource, w_amount)
-               AS w(idx, kind, k1, k2, k3, resource, amount)
-          WHERE w.idx = ANY (v_admitted)
-          GROUP BY w.kind, w.k1, w.k2, w.k3, w.resource) AS s
-    JOIN unnest(l_kind, l_k1, l_k2, l_k3, l_resource, l_tid) AS l(kind, k1, k2, k3, resource, tid)
-      ON l.kind = s.kind AND l.k1 = s.k1 AND l.k2 = s.k2 AND l.k3 = s.k3 AND l.resource = s.resource
-    WHERE l.kind < 2;
-    UPDATE quota_usages u SET in_use = u.in_use + d.di, reserved = u.reserved + d.dr, updated_at = v_now
-    FROM unnest(v_tids, v_dis, v_drs) AS d(tid, di, dr) WHERE u.ctid = d.tid;
-    GET DIAGNOSTICS v_updated = ROW_COUNT;
-    PERFORM quota_ledger_check_updated(v_updated, v_tids);
-    SELECT array_agg(l.tid),
-           array_agg(CASE WHEN l.kind = 3 OR l.resource = 'applications' THEN s.amount ELSE 0 END),
-           array_agg(CASE WHEN l.kind = 3 OR l.resource = 'applications' THEN 0 ELSE s.amount END)
-    INTO v_tids, v_dis, v_drs
-    FROM (SELECT w.kind, w.k1, w.k2, w.k3, w.resource, sum(w.amount)::bigint AS amount
-          FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource, w_amount)
-               AS w(idx, kind, k1, k2, k3, resource, amount)
-          WHERE w.idx = ANY (v_admitted) AND w.kind >= 2
-          GROUP BY w.kind, w.k1, w.k2, w.k3, w.resource) AS s
-    JOIN unnest(l_kind, l_k1, l_k2, l_k3, l_resource, l_tid) AS l(kind, k1, k2, k3, resource, tid)
-      ON l.kind = s.kind AND l.k1 = s.k1 AND l.k2 = s.k2 AND l.k3 = s.k3 AND l.resource = s.resource;
-    IF v_tids IS NOT NULL THEN
+    -- the admitted requests' items, and every counter charged once with their sum (a
+    -- running-application count is in use at once, and so is a ResourceQuota charge; resources
+    -- are reserved) at its address (a row we hold locked cannot move)
+    WITH itemized AS (
+        INSERT INTO reservation_items (reservation_id, resource, amount)
+        SELECT p_ids[i.owner], i.resource, i.amount
+        FROM unnest(p_item_owners, p_item_resources, p_item_amounts) AS i(owner, resource, amount)
+        WHERE i.owner = ANY (v_admitted)),
+    charges AS MATERIALIZED (
+        SELECT l.kind, l.tid,
+               CASE WHEN l.kind = 3 OR (l.kind > 0 AND l.resource = 'applications') THEN s.amount ELSE 0 END AS di,
+               CASE WHEN l.kind = 3 OR (l.kind > 0 AND l.resource = 'applications') THEN 0 ELSE s.amount END AS dr
+        FROM (SELECT w.kind, w.k1, w.k2, w.k3, w.resource, sum(w.amount)::bigint AS amount
+              FROM unnest(w_idx, w_kind, w_k1, w_k2, w_k3, w_resource, w_amount)
+                   AS w(idx, kind, k1, k2, k3, resource, amount)
+              WHERE w.idx = ANY (v_admitted)
+              GROUP BY w.kind, w.k1, w.k2, w.k3, w.resource) AS s
+        JOIN unnest(l_kind, l_k1, l_k2, l_k3, l_resource, l_tid) AS l(kind, k1, k2, k3, resource, tid)
+          ON l.kind = s.kind AND l.k1 = s.k1 AND l.k2 = s.k2 AND l.k3 = s.k3 AND l.resource = s.resource),
+    counted AS (
+        UPDATE quota_usages u SET in_use = u.in_use + d.di, reserved = u.reserved + d.dr, updated_at = v_now
+        FROM charges d WHERE d.kind < 2 AND u.ctid = d.tid
+        RETURNING 1),
+    identified AS (
         UPDATE quota_identity_usages u SET in_use = u.in_use + d.di, reserved = u.reserved + d.dr,
                                            updated_at = v_now
-        FROM unnest(v_tids, v_dis, v_drs) AS d(tid, di, dr) WHERE u.ctid = d.tid;
-        GET DIAGNOSTICS v_updated = ROW_COUNT;
-        PERFORM quota_ledger_check_updated(v_updated, v_tids);
+        FROM charges d WHERE d.kind >= 2 AND u.ctid = d.tid
+        RETURNING 1)
+    SELECT array_agg(d.tid) FILTER (WHERE d.kind < 2), array_agg(d.tid) FILTER (WHERE d.kind >= 2),
+           (SELECT count(*) FROM counted), (SELECT count(*) FROM identified)
+    INTO v_tids, v_id_tids, v_updated, v_id_updated
+    FROM charges d;
+    PERFORM quota_ledger_check_updated(v_updated, v_tids);
+    IF v_id_tids IS NOT NULL THEN
+        PERFORM quota_ledger_check_updated(v_id_updated, v_id_tids);
     END IF;
     RETURN QUERY SELECT v_now, n FROM unnest(v_admitted) AS n;
 END
