@@ -4,12 +4,15 @@ exactly as if the batch had run them one after another, on every backend.
 To put known requests into one batch, a test holds the flusher in a transaction of a step that
 waits on an event, queues its requests from threads while it waits, then lets it go: the
 requests queued meanwhile make up the next batch (the stats say so).
+
+These are the batching machinery's own tests (leading, closing, failures, retries). What a
+batch decides is tested on every decision path (``test_batches_decide_as_alone.py``,
+``test_tracked_batches.py``); the PostgreSQL section at the end is path-specific: how many
+requests each set call of a batch is given, and the guarded calls' declines.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -319,55 +322,6 @@ def test_close_decides_what_is_queued_then_refuses(db_url: URL) -> None:
         assert again.usage("root.a")["fpga"].reserved == 5
     finally:
         again.close()
-
-
-ZERO_ID = "00000000-0000-0000-0000-000000000000"
-
-
-@pytest.mark.parametrize("batching", [True, False], ids=["batching", "alone"])
-def test_decide_all_gives_each_operation_the_outcome_it_has_alone(db_url: URL, batching: bool) -> None:
-    engine = QuotaEngine.from_url(db_url, batching=batching, pool_size=4)
-    try:
-        engine.set_limits("root.a", {"fpga": 4})
-        earlier = engine.reserve("root.a", {"fpga": 1})
-        with pytest.raises(InvalidRequest):  # a malformed id is refused before anything is queued
-            engine.prepare_commit("not an id\n")
-        before = engine.batch_stats
-        outcomes = engine.decide_all(
-            [
-                engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),
-                engine.prepare_reserve("root.a", {"fpga": 2}, key="k"),  # the same request again
-                engine.prepare_reserve("root.a", {"fpga": 3}, key="k"),  # the key, another request
-                engine.prepare_reserve("root.a", {"fpga": 5}),  # over the limit, whatever went before
-                engine.prepare_reserve("root.a", {"fpga": 1}),
-                engine.prepare_commit(ZERO_ID),
-                engine.prepare_commit(earlier.id),
-                engine.prepare_rollback(earlier.id),  # after the commit: refused
-                engine.prepare_rollback(ZERO_ID),
-            ]
-        )
-        kinds = [type(o) for o in outcomes]
-        assert kinds == [
-            *(Reservation, Reservation, IdempotencyConflict, OverQuota, Reservation),
-            *(ReservationNotFound, Reservation, ReservationStateError, ReservationNotFound),
-        ]
-        keyed, again, *_ = outcomes
-        assert isinstance(keyed, Reservation)
-        assert isinstance(again, Reservation)
-        assert again.id == keyed.id
-        committed = outcomes[6]
-        assert isinstance(committed, Reservation)
-        assert committed.state is ReservationState.COMMITTED
-        usage = engine.usage("root.a")["fpga"]
-        assert (usage.in_use, usage.reserved) == (1, 3)
-        after = engine.batch_stats
-        if batching:  # the caller led: one batch decided all nine
-            assert (after.batches - before.batches, after.requests - before.requests) == (1, 9)
-        else:
-            assert after == before
-        assert engine.audit() == []
-    finally:
-        engine.close()
 
 
 def test_decide_all_beyond_max_batch_spans_batches_and_leads_when_handed(db_url: URL) -> None:
@@ -707,101 +661,6 @@ def test_one_key_from_two_batching_engines_at_once_is_one_reservation(postgres_u
     finally:
         for engine in engines:
             engine.close()
-
-
-def _rows_of(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
-    """What reserves and commits of ``partition`` wrote, without ids, clock readings and hashes."""
-    engine = create_engine(url)
-    queries = {
-        "counters": "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
-        " WHERE partition = :p ORDER BY 1, 2, 3",
-        "reservations": 'SELECT r."key", r.state, r.queue, r.user_name, r."groups", r.application,'
-        " r.priority_class, r.kube, r.resolved_at IS NULL, r.expires_at - r.created_at,"
-        " i.resource, i.amount, i.committed"
-        " FROM reservations r JOIN reservation_items i ON i.reservation_id = r.id"
-        " WHERE r.partition = :p ORDER BY r.queue, r.key, r.state, r.groups, r.priority_class,"
-        " r.expires_at - r.created_at, i.resource, i.amount",
-        "journal": "SELECT queue, resource, delta, kind FROM quota_journal WHERE partition = :p"
-        " ORDER BY 1, 2, 3",
-    }
-    try:
-        with engine.connect() as conn:
-            return {
-                name: [tuple(r) for r in conn.execute(text(sql), {"p": partition})]
-                for name, sql in queries.items()
-            }
-    finally:
-        engine.dispose()
-
-
-def test_set_calls_leave_the_rows_requests_one_at_a_time_leave(
-    postgres_url: URL, set_calls: SetCalls
-) -> None:
-    batched = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
-    alone = QuotaEngine.from_url(postgres_url)
-    try:
-        for engine, partition in ((batched, "set"), (alone, "alone")):
-            engine.set_limits("root.a", {"fpga": 4, "memory": "4Gi"}, partition=partition)
-            engine.set_limits("root.p", {"fpga": 5}, partition=partition)
-            for queue in ("root.a", "root.p.x", "root.p.y"):
-                engine.rollback(engine.reserve(queue, {"fpga": 1, "memory": 1}, partition=partition).id)
-
-        def reserves(engine: QuotaEngine, p: str) -> list[Callable[[], Any]]:
-            return [
-                lambda: engine.reserve("root.a", {"fpga": 1, "memory": "1Gi"}, partition=p, key="k1", ttl=60),
-                lambda: engine.reserve("root.a", {"fpga": 2}, partition=p, priority_class="high", ttl=120),
-                lambda: engine.reserve("root.p.x", {"fpga": 1, "memory": 5}, partition=p, groups=["g"]),
-                lambda: engine.reserve("root.p.y", {"fpga": 3}, partition=p, key="k2"),
-                lambda: engine.reserve("root.p.y", {"fpga": 1}, partition=p),
-                lambda: engine.reserve("root.a", {"fpga": 5}, partition=p),  # over root.a in any order
-            ]
-
-        outcomes = in_one_batch(batched, reserves(batched, "set"))
-        assert _errors(outcomes) == [OverQuota]
-        assert set_calls.sizes["reserve_many"] == [6]
-        made = [v for k, v in outcomes if k == "ok"]
-        outcomes = in_one_batch(batched, [functools.partial(batched.commit, r.id) for r in made])
-        assert _errors(outcomes) == []
-        assert set_calls.sizes["commit_many"] == [len(made)]
-        for step in reserves(alone, "alone"):
-            with contextlib.suppress(OverQuota):
-                alone.commit(step().id)
-    finally:
-        batched.close()
-        alone.close()
-    wanted = _rows_of(postgres_url, "alone")
-    assert wanted["reservations"]  # the comparison compares something
-    assert wanted["journal"]
-    assert _rows_of(postgres_url, "set") == wanted
-
-
-def test_a_commit_too_late_in_a_batch_expires_its_reservation(postgres_url: URL, set_calls: SetCalls) -> None:
-    engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
-    try:
-        engine.set_limits("root.a", {"fpga": 10})
-        made = [engine.reserve("root.a", {"fpga": n}) for n in (1, 2, 3)]
-        side = create_engine(postgres_url)
-        try:
-            with side.begin() as conn:
-                conn.execute(
-                    text(
-                        "UPDATE reservations SET expires_at = TIMEZONE('UTC', clock_timestamp())"
-                        " - interval '1 second' WHERE id = :id"
-                    ),
-                    {"id": made[1].id},
-                )
-        finally:
-            side.dispose()
-        outcomes = in_one_batch(engine, [functools.partial(engine.commit, r.id) for r in made])
-        assert set_calls.sizes["commit_many"] == [3]
-        assert [k for k, _ in outcomes] == ["ok", "error", "ok"]
-        assert isinstance(outcomes[1][1], ReservationStateError)
-        assert engine.get(made[1].id).state is ReservationState.EXPIRED
-        usage = engine.usage("root.a")["fpga"]
-        assert (usage.in_use, usage.reserved) == (4, 0)
-        assert engine.audit() == []
-    finally:
-        engine.close()
 
 
 def test_plain_reserves_of_two_partitions_are_one_set_call_each(
