@@ -228,7 +228,7 @@ _RELEASED = {
     "lineage.sql": "f094c4eda18f5b12",
     "reserve.sql": "c9a49cb0832ef62a",
     "reserve_v2.sql": "95b0f62d5927aa9e",
-    "reserve_many.sql": "a54f2d87f5fd2763",
+    "reserve_many.sql": "d8b2700bdeceb09d",
     "reserve_many_v1.sql": "174a3296b7e4f486",
     "reserve_v1.sql": "36cb63393885e0c5",
     "try_commit.sql": "bd69858c05afaa00",

@@ -427,7 +427,10 @@ BEGIN
         -- the rows of applications no admitted request starts
         DELETE FROM quota_applications a
         WHERE a."partition" = p_partition AND a.app_key = ANY (v_new_keys)
-          AND NOT a.app_key = ANY (SELECT p_app_keys[n] FROM unnest(v_admitted) AS n);
+          -- (only the admitted requests' keys: one without an application has none, and a
+          -- NULL in the list would make the test NULL and keep the row)
+          AND NOT a.app_key = ANY (SELECT p_app_keys[n] FROM unnest(v_admitted) AS n
+                                   WHERE p_app_keys[n] IS NOT NULL);
     END IF;
     IF c_tid IS NOT NULL THEN
         -- and the copies no admitted request is charged to (by their addresses: rows this
