@@ -1,12 +1,19 @@
-"""The PostgreSQL functions of migrations 0004 and 0010 (reserve, commit, expiry batch).
+"""The PostgreSQL functions of migrations 0004 and 0010 (reserve, commit, expiry batch): what
+they decide and what they decline.
 
-They must leave exactly the rows the general path leaves, decline whatever is not plain
-without a trace, and keep the engine's contract (refusals, idempotency, states) unchanged.
+Path-specific, and so here: which calls go to a function (a plain pair is two calls; first uses
+and tracked reservations run in the function), which ones it declines to the general path and
+why (a refusal, an existing key, a configuration version the engine has not compiled, a
+reservation that is not pending, an admission rule), how its expiry batch takes the oldest
+queues whole and skips a queue another sweeper holds, and that a schema without the functions
+is found once and left alone. What the ledger decides, whichever decides it, is tested on
+every decision path (``test_engine.py``, ``test_story_rows.py``, ``test_first_uses.py`` and
+the batch tests).
 """
 
 from __future__ import annotations
 
-import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,60 +67,6 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     return Calls(monkeypatch)
-
-
-def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Everything a plain reserve/commit/expire writes, without ids, clock readings and the
-    request hashes (which cover the partition's name)."""
-    p = f"'{partition}'"
-    return {
-        "counters": rows(
-            url,
-            "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
-            f" WHERE partition = {p} ORDER BY 1, 2, 3",
-        ),
-        "reservations": rows(
-            url,
-            'SELECT r."key", r.state, r.queue, r.user_name, r."groups", r.application,'
-            " r.priority_class, r.kube, r.resolved_at IS NULL, r.expires_at - r.created_at,"
-            " i.resource, i.amount, i.committed"
-            " FROM reservations r JOIN reservation_items i ON i.reservation_id = r.id"
-            f" WHERE r.partition = {p} ORDER BY r.queue, r.key, i.resource",
-        ),
-        "journal": rows(
-            url,
-            f"SELECT queue, resource, delta, kind FROM quota_journal WHERE partition = {p} ORDER BY 1, 2, 3",
-        ),
-    }
-
-
-def story(engine: QuotaEngine, partition: str) -> None:
-    """A little of everything a plain caller does."""
-    engine.set_limits("root.x", {"fpga": 10, "vcore": "8"}, partition=partition)
-    engine.set_limits("root.x.y", {"fpga": 6}, partition=partition)
-    kept = engine.reserve("root.x.y", {"fpga": 2, "vcore": "500m"}, partition=partition, key="k1", ttl=300)
-    engine.commit(kept.id)
-    engine.commit(kept.id)  # twice: returns the committed one
-    engine.rollback(engine.reserve("root.x.y", {"fpga": 1}, partition=partition, ttl=300).id)
-    engine.reserve("root.x", {"vcore": "1"}, partition=partition, priority_class="high", ttl=300)
-    with pytest.raises(OverQuota):
-        engine.reserve("root.x.y", {"fpga": 5}, partition=partition)
-    engine.release("root.x.y", {"fpga": 1}, partition=partition)
-
-
-def test_plain_calls_leave_the_rows_the_general_path_leaves(postgres_url: URL, calls: Calls) -> None:
-    fast = QuotaEngine.from_url(postgres_url)
-    general = QuotaEngine.from_url(postgres_url)
-    general.driver.functions = False
-    try:
-        story(fast, "fast")
-        story(general, "general")
-    finally:
-        fast.close()
-        general.close()
-    assert {"quota_ledger_reserve", "quota_ledger_commit"} <= set(calls.made)
-    assert snapshot(postgres_url, "fast") == snapshot(postgres_url, "general")
-    assert snapshot(postgres_url, "fast")["counters"]  # the comparison compared something
 
 
 def test_a_plain_pair_is_two_calls_and_nothing_declined(ledger: QuotaEngine, calls: Calls) -> None:
@@ -201,101 +154,6 @@ def test_commit_states_are_kept(ledger: QuotaEngine, postgres_url: URL, calls: C
     assert ledger.audit() == []
 
 
-TRACKED_CONFIG = """
-partitions:
-- name: {partition}
-  queues:
-  - name: root
-    queues:
-    - name: org
-      limits:
-      - users: ["*"]
-        maxresources: {{fpga: 8, memory: 8Gi}}
-        maxapplications: 3
-      - groups: [dev]
-        maxresources: {{fpga: 10}}
-      - groups: ["*"]
-        maxresources: {{memory: 6Gi}}
-      queues:
-      - name: team
-        resources: {{max: {{fpga: 20}}}}
-        limits:
-        - users: [ann]
-          maxresources: {{fpga: 3}}
-          maxapplications: 2
-"""
-
-
-def tracked_story(engine: QuotaEngine, partition: str) -> None:
-    """Applications of two users in two groups: new, running, refused, rolled back, released."""
-    # A configuration covers every partition: the second story's replaces the first's.
-    engine.apply_config(TRACKED_CONFIG.format(partition=partition), allow_removing_all=True)
-    for n in range(3):
-        for user, groups in (("ann", ["dev"]), ("bob", ["ops", "qa"])):
-            made = engine.reserve(
-                "root.org.team",
-                {"fpga": 1, "memory": "1Gi"},
-                partition=partition,
-                user=user,
-                groups=groups,
-                application=f"{user}-app",
-                ttl=300,
-            )
-            if n == 1:
-                engine.rollback(made.id)
-            else:
-                engine.commit(made.id)
-    bucket = engine.reserve("root.org.team", {"fpga": 1}, partition=partition, user="bob", groups=["qa"])
-    engine.commit(bucket.id)
-    with pytest.raises(OverQuota):  # ann's own limit at root.org.team
-        engine.reserve("root.org.team", {"fpga": 2}, partition=partition, user="ann", application="ann-app")
-    engine.release(
-        "root.org.team", {"fpga": 1}, partition=partition, user="ann", application="ann-app", finished=True
-    )
-
-
-def identity_snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
-    p = f"'{partition}'"
-    apps = rows(
-        url,
-        'SELECT app_key, application, user_name, queue, group_name, state, pending, "usage", area,'
-        " started_at IS NULL, finished_at IS NULL"
-        f" FROM quota_applications WHERE partition = {p} ORDER BY app_key",
-    )
-    return {
-        # usage and area are JSON: compare them parsed; the times are the clock's
-        "apps": [(*row[:7], json.loads(row[7]), sorted(json.loads(row[8])), *row[9:]) for row in apps],
-        "counters": rows(
-            url,
-            "SELECT kind, name, queue, resource, in_use, reserved, hard_limit FROM quota_identity_usages"
-            f" WHERE partition = {p} ORDER BY 1, 2, 3, 4",
-        ),
-        "summaries": rows(url, f"SELECT application FROM quota_app_summaries WHERE partition = {p}"),
-    }
-
-
-def test_tracked_reservations_leave_the_rows_the_general_path_leaves(postgres_url: URL, calls: Calls) -> None:
-    fast = QuotaEngine.from_url(postgres_url)
-    general = QuotaEngine.from_url(postgres_url)
-    general.driver.functions = False
-    try:
-        tracked_story(fast, "fast")
-        fast_result = {**snapshot(postgres_url, "fast"), **identity_snapshot(postgres_url, "fast")}
-        tracked_story(general, "general")
-        general_result = {**snapshot(postgres_url, "general"), **identity_snapshot(postgres_url, "general")}
-    finally:
-        fast.close()
-        general.close()
-    # ann's and bob's first reservations start their applications (general path), later ones
-    # run in the functions
-    assert calls.made.count("quota_ledger_reserve") > calls.declined.count("quota_ledger_reserve") >= 2
-    assert calls.made.count("quota_ledger_commit") == 5
-    assert fast_result == general_result
-    assert fast_result["apps"]  # something was compared
-    assert fast_result["counters"]
-    assert fast.audit(partition="fast") == []
-
-
 def test_an_application_starts_reserves_and_commits_in_the_functions(
     ledger: QuotaEngine, calls: Calls
 ) -> None:
@@ -337,15 +195,6 @@ def test_expiry_sweeps_plain_and_tracked_reservations(
         ("rolled_back", 1),  # the fixture's
     ]
     assert ledger.audit() == []
-
-
-def test_max_batches_bounds_the_whole_sweep(ledger: QuotaEngine, postgres_url: URL) -> None:
-    for _ in range(10):
-        ledger.reserve("root.a", {"fpga": 0, "memory": 1}, ttl=60)
-    with create_engine(normalize_url(postgres_url)).begin() as conn:
-        conn.execute(text("UPDATE reservations SET expires_at = created_at WHERE state = 'pending'"))
-    assert ledger.expire(batch_size=3, max_batches=2, workers=2) == 6
-    assert ledger.expire(batch_size=3) == 4
 
 
 def stale(ledger: QuotaEngine, url: URL, queues: list[str]) -> None:
@@ -467,3 +316,95 @@ def test_admission_refusals_are_left_to_the_general_path(ledger: QuotaEngine, ca
     ledger.apply_resource_quota(resource_quota("pods", {"pods": "5"}, scopeSelector=HIGH_ONLY))
     ledger.reserve_pod(kube_pod("u2"))
     assert ledger.resource_quota_status("team", "pods")["used"] == {"pods": "1"}
+
+
+# -- first uses (migration 0010) ---------------------------------------------------------------
+FIRST_USES = """
+partitions:
+- name: default
+  queues:
+  - name: root
+    queues:
+    - name: org
+      maxapplications: 10
+      resources: {max: {fpga: 40, memory: 40Gi}}
+      limits:
+      - users: ["*"]
+        maxresources: {fpga: 6, memory: 8Gi}
+        maxapplications: 2
+      - groups: [dev]
+        maxresources: {fpga: 10}
+      - groups: ["*"]
+        maxresources: {fpga: 12, memory: 6Gi}
+        maxapplications: 3
+      queues:
+      - name: team
+        maxapplications: 4
+        resources: {max: {fpga: 20}}
+        limits:
+        - users: ["*"]
+          maxresources: {fpga: 5}
+          maxapplications: 2
+"""
+
+
+@pytest.fixture
+def first_uses(postgres_url: URL) -> Iterator[QuotaEngine]:
+    engine = QuotaEngine.from_url(postgres_url, pool_size=10)
+    engine.apply_config(FIRST_USES)
+    yield engine
+    engine.close()
+
+
+def test_first_uses_run_in_the_function_and_only_refusals_are_declined(
+    first_uses: QuotaEngine, calls: Calls
+) -> None:
+    ledger = first_uses
+    ledger.reserve("root.org.new", {"fpga": 1, "memory": "1Gi"})  # a new queue
+    ledger.reserve("root.org.team.x", {"fpga": 1}, user="ann", groups=["dev"])  # a new user's bucket
+    ledger.reserve("root.org.team", {"fpga": 2}, user="ann", groups=["dev"], application="a1")  # a new app
+    ledger.reserve("root.org", {"memory": "1Gi"}, user="bob", groups=["ops"], application="b1")  # a new group
+    assert calls.made == ["quota_ledger_reserve"] * 4
+    assert calls.declined == []
+    refusals: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("root.org.big", {"fpga": 41}, {}),  # a new queue over the limit of its parent
+        ("root.org.team", {"fpga": 6}, {"user": "dan", "groups": ["dev"]}),  # a new user over the copy
+        ("root.org", {"memory": "7Gi"}, {"user": "eve", "groups": ["z"], "application": "e1"}),  # a new group
+    ]
+    for queue, resources, options in refusals:
+        with pytest.raises(OverQuota):
+            ledger.reserve(queue, resources, **options)
+    assert calls.declined == ["quota_ledger_reserve"] * 3  # then the general path refused each
+    assert ledger.audit() == []
+
+
+def test_concurrent_first_uses_of_one_queue_are_decided_in_the_function(
+    first_uses: QuotaEngine, calls: Calls
+) -> None:
+    ledger = first_uses
+    threads = 8
+    start = threading.Barrier(threads)
+    refused: list[OverQuota] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait()
+            ledger.commit(ledger.reserve("root.org.fresh", {"fpga": 6}).id)  # 8 x 6 under root.org's 40
+        except OverQuota as error:
+            refused.append(error)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    crew = [threading.Thread(target=run) for _ in range(threads)]
+    for t in crew:
+        t.start()
+    for t in crew:
+        t.join(timeout=120)
+    assert errors == []
+    assert len(refused) == 2
+    assert calls.made.count("quota_ledger_reserve") >= threads  # more if a call was retried
+    # only the refusals reach the general path
+    assert calls.declined == ["quota_ledger_reserve"] * 2
+    assert ledger.usage("root.org")["fpga"].in_use == 36
+    assert ledger.audit() == []
