@@ -5,6 +5,11 @@ Each test builds the call as group commit does (:func:`pg_functions.reserve_many
 :func:`pg_functions.commit_many`), runs it, and checks both the rows it returns and what it left
 in the database: what it admitted or committed is written whole, each counter charged once with
 the sum; what it declined leaves no trace (the caller decides it alone); the audit stays clean.
+
+Path-specific: these are the functions' own contracts (which requests a call admits, which it
+declines and why, guarded and unguarded calls). What a batch decides through them is tested on
+every decision path (``test_batches_decide_as_alone.py``, ``test_tracked_batches.py``), and
+``test_differential.py`` holds them to the Python rule on random inputs.
 """
 
 from __future__ import annotations

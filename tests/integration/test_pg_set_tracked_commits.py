@@ -1,18 +1,17 @@
 """``quota_ledger_commit_many`` on tracked reservations (a user, an application), which it
 commits as a set: each application row once, each identity counter once with the sum.
 
-The same reservations are made in two partitions of one database: one partition's are committed
-by one call of the set function, the twin's one after another by ``quota_ledger_commit`` in
-the same order. Both must leave the same rows. Only the applications' in-use areas depend on
-the clock: the set call's are checked against the integration formula exactly (one instant for
-the whole call), the one-by-one calls' against it within the time the calls took.
+Path-specific, and so here, the function called directly as a batch calls it: that one call
+commits them all at one instant (each application's in-use area integrated up to it exactly),
+what it declines and leaves to each reservation's own call (a tracked one whose application row
+is missing; all of them when the sums would pass the 64-bit range), and that a batch hands its
+tracked commits to one call. What tracked commits decided together leave, whichever decides
+them, is tested on every decision path (``test_tracked_batches.py``).
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -50,18 +49,12 @@ partitions:
       - name: lab
     - name: plain
 """
-PARTITIONS = ("default", "twin")
-# the same queues, with room for every request of the engine-level test
-ROOMY = CONFIG.format(name="default").replace("40", "1000").replace("60", "1000").replace("30", "1000")
 
 
 @pytest.fixture
 def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
     engine = QuotaEngine.from_url(postgres_url)
-    document = "partitions:\n" + "".join(
-        CONFIG.format(name=name).split("partitions:\n", 1)[1] for name in PARTITIONS
-    )
-    engine.apply_config(document, allow_removing_all=True)
+    engine.apply_config(CONFIG.format(name="default"))
     yield engine
     engine.close()
 
@@ -125,11 +118,6 @@ def commit_many(ledger: QuotaEngine, ids: Sequence[str], guard: bool = True) -> 
     answer = ledger.driver.call(made.sql, made.params)
     assert answer is not None
     return answer
-
-
-def commit_one_by_one(ledger: QuotaEngine, ids: Sequence[str]) -> None:
-    for n, rid in enumerate(ids):
-        assert ledger.driver.call(pg_functions.COMMIT, {"id": rid, "op": f"op-{n}"}) is not None
 
 
 def applications(url: URL, partition: str) -> dict[str, dict[str, Any]]:
@@ -208,49 +196,31 @@ def integrated(before: Mapping[str, Any], now: datetime) -> dict[str, Decimal]:
     return area
 
 
-def test_tracked_commits_as_a_set_leave_the_rows_of_commits_one_by_one(
-    ledger: QuotaEngine, postgres_url: URL
-) -> None:
-    made = {partition: reserve_all(ledger, partition) for partition in PARTITIONS}
-    # the areas so far: every application last changed 5 s ago, in both partitions alike
+def test_one_call_commits_them_all_at_one_instant(ledger: QuotaEngine, postgres_url: URL) -> None:
+    made = reserve_all(ledger, "default")
+    # the areas so far: every application last changed 5 s ago
     execute(
         postgres_url,
         "UPDATE quota_applications"
         " SET changed_at = TIMEZONE('UTC', clock_timestamp()) - interval '5 seconds'",
     )
-    before = {partition: applications(postgres_url, partition) for partition in PARTITIONS}
-    assert ledger_rows(postgres_url, "default") == ledger_rows(postgres_url, "twin")
-    started = time.monotonic()
-    answer = commit_many(ledger, ids_of(made["default"]))
-    commit_one_by_one(ledger, ids_of(made["twin"]))
-    took = int((time.monotonic() - started) * 1_000_000) + 1
-
+    before = applications(postgres_url, "default")
+    answer = commit_many(ledger, ids_of(made))
     assert sorted(row.idx for row in answer) == list(range(1, len(REQUESTS) + 1))
     (now,) = {row.resolved_at for row in answer}  # one instant for the whole call
     for row in answer:
-        reservation = made["default"][row.idx - 1]
+        reservation = made[row.idx - 1]
         assert resolve.committed(reservation.id, row) == ledger.get(reservation.id)
         assert (row.user_name, row.application) == (reservation.user, reservation.application)
-    assert ledger_rows(postgres_url, "default") == ledger_rows(postgres_url, "twin")
-
-    mine, theirs = applications(postgres_url, "default"), applications(postgres_url, "twin")
-    assert mine.keys() == theirs.keys() == {"app-1", "app-2", "app-3", "app-4", "\tann\troot.org.team"}
-    for key, app in mine.items():
+    after = applications(postgres_url, "default")
+    assert after.keys() == {"app-1", "app-2", "app-3", "app-4", "\tann\troot.org.team"}
+    for key, app in after.items():
         assert app["changed_at"] == now
-        assert app["started_at"] == (before["default"][key]["started_at"] or now)
-        assert app["area"] == integrated(before["default"][key], now)
-        # one by one: the first commit integrates the usage so far, the later ones add their own
-        # since it, all within the time the calls took
-        assert theirs[key]["started_at"] is not None
-        least = integrated(before["twin"][key], theirs[key]["changed_at"])
-        for resource, area in theirs[key]["area"].items():
-            in_use = theirs[key]["usage"].get(resource, [0, 0])[0]
-            assert least.get(resource, Decimal(0)) <= area <= least.get(resource, Decimal(0)) + in_use * took
-        # (one after another, what a first commit put in use accrues area until the next)
-        assert theirs[key]["area"].keys() >= app["area"].keys()
-    assert mine["app-1"]["area"]["fpga"] >= 5_000_000  # in use for 5 s before the call
-    assert mine["app-1"]["fixed"][5:] == (0, {"asic": [6, 0], "fpga": [4, 0]})  # nothing pending
-    assert mine["app-2"]["started_at"] == now  # its first commit
+        assert app["started_at"] == (before[key]["started_at"] or now)
+        assert app["area"] == integrated(before[key], now)
+    assert after["app-1"]["area"]["fpga"] >= 5_000_000  # in use for 5 s before the call
+    assert after["app-1"]["fixed"][5:] == (0, {"asic": [6, 0], "fpga": [4, 0]})  # nothing pending
+    assert after["app-2"]["started_at"] == now  # its first commit
     assert ledger.audit() == []
 
 
@@ -305,87 +275,25 @@ def test_tracked_ones_whose_sum_would_pass_the_bigint_limit_are_all_declined(
     assert ledger.audit() == []
 
 
-class CommitManySizes:
-    """How many requests each ``quota_ledger_commit_many`` call a batch sent was asked to decide."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sizes: list[int] = []
-        real = PgCursor.pipelined
-        lock = threading.Lock()
-
-        def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
-            with lock:
-                self.sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_commit_many(" in c.sql)
-            return real(fast, calls)
-
-        monkeypatch.setattr(PgCursor, "pipelined", spy)
-
-
-def test_many_threads_reserving_and_committing_tracked_requests_end_exact(
+def test_a_batch_hands_its_tracked_commits_to_one_call(
     postgres_url: URL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spy = CommitManySizes(monkeypatch)
+    sizes: list[int] = []
+    real = PgCursor.pipelined
+
+    def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
+        sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_commit_many(" in c.sql)
+        return real(fast, calls)
+
+    monkeypatch.setattr(PgCursor, "pipelined", spy)
     engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
-    threads_n, rounds = 16, 6
-    users = ("ann", "bob", "carol", "dan")
-    unexpected: list[BaseException] = []
     try:
-        engine.apply_config(ROOMY, allow_removing_all=True)
-
-        def caller(n: int) -> None:
-            user = users[n % len(users)]
-            for k in range(rounds):
-                try:
-                    # an application of its user's (two per user), or the user's own bucket
-                    application = None if k % 3 == 2 else f"{user}-{n % 2}"
-                    made = engine.reserve(
-                        "root.org.team" if n % 2 else "root.org.lab",
-                        {"fpga": 1, "asic": 1 + n % 2},
-                        user=user,
-                        groups=["dev"],
-                        application=application,
-                    )
-                    assert engine.commit(made.id).state is ReservationState.COMMITTED
-                except BaseException as error:  # reported below
-                    unexpected.append(error)
-
-        threads = [threading.Thread(target=caller, args=(n,)) for n in range(threads_n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        assert unexpected == []
-        fpga = threads_n * rounds
-        asic = sum((1 + n % 2) * rounds for n in range(threads_n))
-        assert max(spy.sizes, default=0) > 1, spy.sizes  # tracked commits decided as a set
-        usage = engine.usage("root.org")
-        assert {r: (u.in_use, u.reserved) for r, u in usage.items()} == {"fpga": (fpga, 0), "asic": (asic, 0)}
-        per_user = {
-            (name, resource): (int(in_use), int(reserved))
-            for name, resource, in_use, reserved in rows(
-                postgres_url,
-                "SELECT name, resource, in_use, reserved FROM quota_identity_usages"
-                " WHERE kind = 'user' AND queue = 'root.org'",
-            )
-        }
-        for u, user in enumerate(users):
-            mine = [n for n in range(threads_n) if n % len(users) == u]
-            assert per_user[(user, "fpga")] == (len(mine) * rounds, 0)
-            assert per_user[(user, "asic")] == (sum((1 + n % 2) * rounds for n in mine), 0)
-        (group,) = rows(
-            postgres_url,
-            "SELECT in_use, reserved FROM quota_identity_usages"
-            " WHERE kind = 'group' AND name = 'dev' AND queue = 'root.org' AND resource = 'fpga'",
-        )
-        assert tuple(int(v) for v in group) == (fpga, 0)
-        apps = rows(postgres_url, 'SELECT pending, "usage", started_at FROM quota_applications')
-        assert all(pending == 0 and started is not None for pending, _, started in apps)
-        totals = {"fpga": 0, "asic": 0}
-        for _, usage_text, _ in apps:
-            for resource, (in_use, reserved) in json.loads(usage_text).items():
-                assert reserved == 0
-                totals[resource] += in_use
-        assert totals == {"fpga": fpga, "asic": asic}
+        engine.apply_config(CONFIG.format(name="default"))
+        made = reserve_all(engine, "default")
+        sizes.clear()
+        committed = engine.decide_all([engine.prepare_commit(r.id) for r in made])
+        assert all(isinstance(c, Reservation) and c.state is ReservationState.COMMITTED for c in committed)
+        assert sizes == [len(REQUESTS)]
         assert engine.audit() == []
     finally:
         engine.close()

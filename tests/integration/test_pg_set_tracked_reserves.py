@@ -2,17 +2,17 @@
 running), user/group limits (a user's copy of a wildcard limit made on first use) and
 ResourceQuota charges.
 
-Every test reserves the same requests in two partitions of one configuration: in ``set`` as a
-batch does (one call of the set function, then each request it declined by its own call, in
-order), and in ``one`` by one call of ``quota_ledger_reserve`` each, in order. Both must admit the
-same requests and leave the same rows (application rows, queue, user/group and ResourceQuota
-counters, reservations), and the audit must stay clean.
+Path-specific, and so here: which requests the set call itself admits and which it sets aside
+for their own calls (``together`` below, against ``admitted``: what the batch admits in all),
+called directly as a batch calls it (the set call, then each request it declined by its own
+call, in order), and that a batch hands its tracked reserves to one set call. What a batch of
+tracked requests admits and the rows it leaves are tested on every decision path
+(``test_tracked_batches.py``).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from sql_rows import rows
 from sqlalchemy.engine import URL
 
-from quota_ledger import OverQuota, QuotaEngine
+from quota_ledger import OverQuota, QuotaEngine, Reservation
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.kube import pods
@@ -55,8 +55,7 @@ PARTITION = """
         maxapplications: 6
     - name: kube
 """
-CONFIG = "partitions:" + "".join(PARTITION.format(name=name) for name in ("set", "one"))
-BOTH = ("set", "one")
+CONFIG = "partitions:" + PARTITION.format(name="set")
 GI = 1 << 30
 
 
@@ -64,10 +63,9 @@ GI = 1 << 30
 def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
     engine = QuotaEngine.from_url(postgres_url)
     engine.apply_config(CONFIG)
-    for partition in BOTH:
-        for queue in ("root.org.team", "root.org.lab"):  # the queues' counters, both resources named
-            made = engine.reserve(queue, {"fpga": 1, "memory": 1}, partition=partition)
-            engine.rollback(made.id)
+    for queue in ("root.org.team", "root.org.lab"):  # the queues' counters, both resources named
+        made = engine.reserve(queue, {"fpga": 1, "memory": 1}, partition="set")
+        engine.rollback(made.id)
     yield engine
     engine.close()
 
@@ -141,10 +139,6 @@ def as_a_batch(engine: QuotaEngine, calls: list[dict[str, Any]]) -> tuple[list[i
     return together, sorted(together + alone)
 
 
-def one_by_one(engine: QuotaEngine, calls: list[dict[str, Any]]) -> list[int]:
-    return [n for n, c in enumerate(calls, 1) if engine.driver.call(pg_functions.RESERVE, c) is not None]
-
-
 def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
     """What a reserve writes, without ids, clock readings and request hashes."""
     p = {"p": partition}
@@ -155,14 +149,7 @@ def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
         p,
     )
     return {
-        # usage and area are JSON: compare them parsed (an area's values are the clock's)
         "apps": [(*row[:7], json.loads(row[7]), sorted(json.loads(row[8]))) for row in apps],
-        "counters": rows(
-            url,
-            "SELECT scope_type, scope, resource, in_use, reserved, hard_limit FROM quota_usages"
-            " WHERE partition = :p ORDER BY 1, 2, 3",
-            p,
-        ),
         "identity": rows(
             url,
             "SELECT kind, name, queue, resource, in_use, reserved, hard_limit FROM quota_identity_usages"
@@ -179,30 +166,23 @@ def snapshot(url: URL, partition: str) -> dict[str, list[tuple[Any, ...]]]:
     }
 
 
-def same_rows(engine: QuotaEngine, url: URL, wanted: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-    """Reserve ``wanted`` both ways; check both admitted the same and left the same rows; the
-    places the set call admitted, and those admitted in all."""
+def decided(engine: QuotaEngine, wanted: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Reserve ``wanted`` in partition ``set`` as a batch does; the places the set call
+    admitted, and those admitted in all. The audit stays clean."""
     together, admitted = as_a_batch(engine, [build(engine, "set", w) for w in wanted])
-    assert one_by_one(engine, [build(engine, "one", w) for w in wanted]) == admitted
-    assert snapshot(url, "set") == snapshot(url, "one")
     assert engine.audit() == []
     return together, admitted
 
 
-def test_new_and_running_applications_new_users_and_groups(ledger: QuotaEngine, postgres_url: URL) -> None:
-    for partition in BOTH:  # a running application of ann's, and one of bob's with a commit
-        kept = ledger.reserve(
-            "root.org.team", {"fpga": 1}, partition=partition, user="ann", groups=["dev"], application="ann-1"
-        )
-        ledger.commit(kept.id)
-        ledger.reserve(
-            "root.org.lab",
-            {"memory": GI},
-            partition=partition,
-            user="bob",
-            groups=["ops"],
-            application="bob-1",
-        )
+def test_new_and_running_applications_new_users_and_groups(ledger: QuotaEngine) -> None:
+    # a running application of ann's with a commit, and one of bob's
+    kept = ledger.reserve(
+        "root.org.team", {"fpga": 1}, partition="set", user="ann", groups=["dev"], application="ann-1"
+    )
+    ledger.commit(kept.id)
+    ledger.reserve(
+        "root.org.lab", {"memory": GI}, partition="set", user="bob", groups=["ops"], application="bob-1"
+    )
     wanted = [
         tracked("root.org.team", {"fpga": 1}, user="ann", groups=["dev"], application="ann-1"),
         tracked("root.org.lab", {"fpga": 2, "memory": GI}, user="bob", groups=["ops"], application="bob-2"),
@@ -213,69 +193,52 @@ def test_new_and_running_applications_new_users_and_groups(ledger: QuotaEngine, 
         tracked("root.org.team", {"fpga": 2}),  # plain
         tracked("root.org.lab", {"memory": GI}, user="cid", groups=["dev", "ops"], application="cid-1"),
     ]
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
+    # new and running applications, new users' copies and a new group's: all in the set call
     assert together == admitted == list(range(1, 9))
-    after = snapshot(postgres_url, "set")
-    apps = {row[0]: row for row in after["apps"]}
-    assert apps["bob-2"][5:8] == ("running", 2, {"fpga": [0, 3], "memory": [0, 2 * GI]})
-    assert apps["bob-1"][6:8] == (2, {"memory": [0, 3 * GI]})
-    identity = {row[:4]: row[4:] for row in after["identity"]}
-    # bob's counters hold bob-1 (1Gi before, 2Gi here) and bob-2, started here
-    assert identity[("user", "bob", "root.org", "memory")] == (0, 5 * GI, 8 * GI)
-    assert identity[("user", "bob", "root.org", "applications")] == (2, 0, 3)
-    assert identity[("user", "cid", "root.org", "applications")] == (1, 0, 3)
-    assert identity[("group", "dev", "root.org", "fpga")][:2] == (1, 2)  # ann-1 (one committed), cid-1
 
 
-def test_a_maxapplications_limit_admits_exactly_so_many_new_applications(
-    ledger: QuotaEngine, postgres_url: URL
-) -> None:
-    for partition in BOTH:  # one of eve's three applications runs already
-        ledger.reserve("root.org.lab", {"fpga": 1}, partition=partition, user="eve", application="eve-0")
+def test_a_maxapplications_limit_admits_exactly_so_many_new_applications(ledger: QuotaEngine) -> None:
+    # one of eve's three applications runs already
+    ledger.reserve("root.org.lab", {"fpga": 1}, partition="set", user="eve", application="eve-0")
     wanted = [tracked("root.org.lab", {"fpga": 1}, user="eve", application=f"eve-{n}") for n in (1, 2, 3)]
     # eve-3 is her fourth: over her limit of 3, it ends the prefix; eve-1 again would fit, but
     # comes after it and is decided by its own call
     wanted.append(tracked("root.org.lab", {"fpga": 1}, user="eve", application="eve-1"))
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     assert together == [1, 2]
     assert admitted == [1, 2, 4]
     # root.org's maxapplications of 6 (eve's 3 run): three more users, four new applications
     wanted = [tracked("root.org.lab", {"fpga": 1}, user=f"u{n}", application=f"u{n}-app") for n in range(4)]
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     assert together == admitted == [1, 2, 3]
-    assert ("subtree", "root.org", "applications", 6, 0, 6) in snapshot(postgres_url, "set")["counters"]
 
 
-def test_a_user_limit_is_shared_by_the_requests_of_one_call(ledger: QuotaEngine, postgres_url: URL) -> None:
+def test_a_user_limit_is_shared_by_the_requests_of_one_call(ledger: QuotaEngine) -> None:
     # fay is new: her copy of fpga 8 is made in the call; 2 + 2 + 2 + 2 fill it, the fifth is over
     wanted = [tracked("root.org.lab", {"fpga": 2}, user="fay", application="fay-1") for _ in range(5)]
     wanted.append(tracked("root.org.lab", {"fpga": 1}, user="gus", application="gus-1"))
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     assert together == [1, 2, 3, 4]
     assert admitted == [1, 2, 3, 4, 6]
     # ann's own limit at root.org.team (fpga 3, 2 applications) is below the wildcard's
     wanted = [tracked("root.org.team", {"fpga": 1}, user="ann", application=f"ann-{n}") for n in range(3)]
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     assert together == admitted == [1, 2]
 
 
-def test_a_finished_application_is_set_aside_without_holding_back_the_rest(
-    ledger: QuotaEngine, postgres_url: URL
-) -> None:
-    for partition in BOTH:
-        held = ledger.reserve(
-            "root.org.lab", {"fpga": 1}, partition=partition, user="hal", application="hal-1"
-        )
-        ledger.commit(held.id)
-        ledger.release(
-            "root.org.lab", {"fpga": 1}, partition=partition, user="hal", application="hal-1", finished=True
-        )
+def test_a_finished_application_is_set_aside_without_holding_back_the_rest(ledger: QuotaEngine) -> None:
+    held = ledger.reserve("root.org.lab", {"fpga": 1}, partition="set", user="hal", application="hal-1")
+    ledger.commit(held.id)
+    ledger.release(
+        "root.org.lab", {"fpga": 1}, partition="set", user="hal", application="hal-1", finished=True
+    )
     wanted = [
         tracked("root.org.lab", {"fpga": 1}, user="ivy", application="ivy-1"),
         tracked("root.org.lab", {"fpga": 1}, user="hal", application="hal-1"),  # finished: declined
         tracked("root.org.lab", {"fpga": 1}, user="ivy", application="ivy-1"),
     ]
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     assert together == admitted == [1, 3]
 
 
@@ -326,23 +289,20 @@ def kube_pod(uid: str, *, user: str, application: str, priority: str = "high") -
     }
 
 
-def test_resource_quota_charges(ledger: QuotaEngine, postgres_url: URL) -> None:
+def test_resource_quota_charges(ledger: QuotaEngine) -> None:
     high = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}
-    for partition in BOTH:
-        for name, hard, spec in (
-            ("pods", {"pods": "3", "requests.cpu": "2"}, {"scopeSelector": high}),
-            ("all", {"pods": "10"}, {}),
-        ):
-            manifest = {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": {"name": name, "namespace": "kube"},
-                "spec": {"hard": hard, **spec},
-            }
-            ledger.apply_resource_quota(manifest, partition=partition)
-        ledger.rollback(
-            ledger.reserve_pod(kube_pod("warm", user="w", application="w-1"), partition=partition).id
-        )
+    for name, hard, spec in (
+        ("pods", {"pods": "3", "requests.cpu": "2"}, {"scopeSelector": high}),
+        ("all", {"pods": "10"}, {}),
+    ):
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": name, "namespace": "kube"},
+            "spec": {"hard": hard, **spec},
+        }
+        ledger.apply_resource_quota(manifest, partition="set")
+    ledger.rollback(ledger.reserve_pod(kube_pod("warm", user="w", application="w-1"), partition="set").id)
     wanted: list[dict[str, Any]] = [
         {"pod": kube_pod(f"p{n}", user=user, application=f"{user}-1", priority=priority)}
         for n, (user, priority) in enumerate(
@@ -356,66 +316,46 @@ def test_resource_quota_charges(ledger: QuotaEngine, postgres_url: URL) -> None:
             ]
         )
     ]
-    together, admitted = same_rows(ledger, postgres_url, wanted)
+    together, admitted = decided(ledger, wanted)
     # the fourth high pod is over "pods" (3 and the warm one gone): it ends the prefix
     assert together == [1, 2, 3, 4]
     assert admitted == [1, 2, 3, 4, 6]
-    identity = {row[:4]: row[4:6] for row in snapshot(postgres_url, "set")["identity"]}
-    assert identity[("quota", "kube/pods", "root.kube", "pods")] == (3, 0)
-    assert identity[("quota", "kube/all", "root.kube", "pods")] == (5, 0)
 
 
 # -- group commit ------------------------------------------------------------------------------
-def test_tracked_reserves_racing_for_a_limit_are_decided_by_the_set_call(
+def test_a_batch_hands_its_tracked_reserves_to_one_set_call(
     postgres_url: URL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sizes: list[int] = []
     real = PgCursor.pipelined
-    lock = threading.Lock()
 
     def spy(fast: PgCursor, calls: Sequence[Call]) -> list[list[Any]]:
-        with lock:
-            sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_reserve_many(" in c.sql)
+        sizes.extend(len(c.params["ids"]) for c in calls if "quota_ledger_reserve_many(" in c.sql)
         return real(fast, calls)
 
     monkeypatch.setattr(PgCursor, "pipelined", spy)
     engine = QuotaEngine.from_url(postgres_url, batching=True, pool_size=4)
-    admitted: list[str] = []
-    refused: list[OverQuota] = []
-    unexpected: list[BaseException] = []
     try:
         engine.apply_config(CONFIG)
         engine.rollback(engine.reserve("root.org.lab", {"fpga": 1, "memory": 1}, partition="set").id)
-
-        def caller(n: int) -> None:
-            # every caller starts applications of its own user; root.org runs 6 at most
-            for k in range(3):
-                try:
-                    made = engine.reserve(
-                        "root.org.lab",
-                        {"fpga": 1},
-                        partition="set",
-                        user=f"user-{n}",
-                        groups=["ops"],
-                        application=f"app-{n}-{k}",
-                    )
-                    admitted.append(made.id)
-                except OverQuota as error:
-                    refused.append(error)
-                except Exception as error:  # reported below
-                    unexpected.append(error)
-
-        threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        assert unexpected == []
-        assert (len(admitted), len(refused)) == (6, 24 - 6)
-        assert all(v.resource == "applications" for error in refused for v in error.violations)
+        sizes.clear()
+        # eight users start applications; root.org runs 6 at most
+        made = engine.decide_all(
+            [
+                engine.prepare_reserve(
+                    "root.org.lab",
+                    {"fpga": 1},
+                    partition="set",
+                    user=f"user-{n}",
+                    groups=["ops"],
+                    application=f"app-{n}",
+                )
+                for n in range(8)
+            ]
+        )
+        assert [type(o) for o in made] == [*[Reservation] * 6, OverQuota, OverQuota]
+        assert sizes == [8]  # one set call for all eight, then the two it declined by their own calls
         assert engine.usage("root.org", partition="set")["applications"].in_use == 6
-        assert max(sizes, default=0) > 1, sizes
-        assert engine.batch_stats.largest > 1
         assert engine.audit() == []
     finally:
         engine.close()
