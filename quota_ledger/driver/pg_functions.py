@@ -1,12 +1,41 @@
-"""Calls of the PostgreSQL functions that migration 0004 installs.
+"""Calls of the ledger's PostgreSQL functions, and the one place that says what each declines.
 
-A reservation (creating, like the general path, the counters and the application row a first
-use needs) is reserved and committed by one statement each, and a plain one (no user or
-application) expired a batch at a time, run in autocommit as its own
-transaction: ``quota_ledger_reserve``, ``quota_ledger_commit`` and ``quota_ledger_expire``.
-They do exactly what the general path does for that case, in the same lock order. Anything
-else they *decline* with SQLSTATE ``QL001`` before a change survives, and the engine runs the
-general path, which stays the one source of truth for refusals and errors.
+The rule (:mod:`quota_ledger.model.charges`, run by each operation's general path) decides on
+every backend. On PostgreSQL three set functions may decide first, for speed, each for any number
+of requests, one included (their sources are ``quota_ledger/driver/sql/``; the migrations
+install them). Each decides exactly as the general path would, one request after another, in the
+same lock order; the differential test (``tests/integration/test_differential.py``) holds them
+to the rule. What one declines, it leaves untouched, and the general path decides it:
+
+``quota_ledger_reserve_many`` (a partition's reserves, one configuration version) declines
+  - every request, when the configuration in force is not the version it was given (the caller's
+    compiled copy is out of date: the general path reads the one in force);
+  - a request whose reservation id or idempotency key exists (a retry: the general path returns
+    the reservation, or raises the key's conflict);
+  - one naming a resource the partition names nowhere yet (the general path checks the
+    partition's bound of resource names);
+  - one whose application row is finished or another user's or queue's (the general path
+    starts a new run, or refuses it), and a later request of a new application whose first
+    request was declined;
+  - one whose user/group or ResourceQuota counter is missing, or needing a user's copy of a
+    wildcard limit that an earlier request of the same call could change (the general path
+    creates them under its own locks);
+  - the first request that does not fit, and every one after it (the general path raises the
+    refusal with every violation; the ones after see the state it leaves).
+  The caller leaves to the general path, without calling, a request the admission rules of its
+  ResourceQuotas or the partition's unknown names refuse (:func:`.reserve.quota_charges`), so
+  that the refusal is raised with the configuration in force.
+``quota_ledger_commit_many`` (whole commits) declines an id that is not a pending reservation
+  in time (the general path returns a committed one, expires a late one on the spot, or raises),
+  a repeat of an id in the call, one with nothing reserved, a tracked one whose application row
+  is missing, and every one when a counter or an application's usage would pass the bigint range
+  (the general path raises :class:`CounterOverflow`). Partial commits go to the general path.
+``quota_ledger_expire`` (the sweep) expires plain reservations (no user, no application) of
+  queues no ResourceQuota counts; it declines a whole batch (``QL001``) when the configuration
+  changed, and the general batches sweep the rest.
+
+A call runs in autocommit as its own transaction (:func:`call`), or inside a batch's transaction
+(group commit), where it never aborts the transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +48,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, exc
 
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key
-from quota_ledger.driver.pg_cursor import Call, PgCursor
+from quota_ledger.driver.pg_cursor import Call
 from quota_ledger.model.requests import Identity, ReserveRequest
 
 # psycopg is imported by the call, not with this module: SQLite and MariaDB never load it.
@@ -29,18 +58,6 @@ DECLINED = "QL001"
 #: SQLSTATE of a function that does not exist (a schema before 0004)
 UNDEFINED_FUNCTION = "42883"
 
-RESERVE = (
-    "SELECT quota_ledger_reserve(%(id)s, %(partition)s, %(key)s, %(request_hash)s, %(queue)s,"
-    " %(resources)s::text[], %(amounts)s::bigint[], %(ttl_us)s, %(priority_class)s, %(kube)s,"
-    " %(version)s, %(ns)s, %(k)s, %(quota_names)s::text[], %(quota_resources)s::text[],"
-    " %(quota_amounts)s::bigint[], %(user)s, %(groups)s, %(application)s, %(app_key)s, %(group)s,"
-    " %(id_kinds)s::text[], %(id_names)s::text[], %(id_queues)s::text[], %(id_resources)s::text[],"
-    " %(id_amounts)s::bigint[], %(id_limits)s::bigint[])"
-)
-COMMIT = "SELECT * FROM quota_ledger_commit(%(id)s, %(op)s)"
-# Inside a larger transaction (group commit, migration 0011): a decline returns NULL (no row).
-TRY_RESERVE = RESERVE.replace("quota_ledger_reserve(", "quota_ledger_try_reserve(", 1)
-TRY_COMMIT = COMMIT.replace("quota_ledger_commit(", "quota_ledger_try_commit(", 1)
 # A batch's reserves of one partition, and its whole commits, as one call each (0012).
 RESERVE_MANY = (
     "SELECT * FROM quota_ledger_reserve_many(%(partition)s, %(version)s, %(ns)s, %(k)s, %(ids)s::text[],"
@@ -53,19 +70,17 @@ RESERVE_MANY = (
     " %(quota_resources)s::text[], %(quota_amounts)s::bigint[])"
 )
 COMMIT_MANY = "SELECT * FROM quota_ledger_commit_many(%(ids)s::text[], %(ops)s::text[], %(guard)s)"
-# whether the functions a batch calls are installed (a schema at 0012 or later)
-HAS_BATCH_FUNCTIONS = (
-    "SELECT to_regproc('quota_ledger_try_commit') IS NOT NULL"
-    " AND to_regproc('quota_ledger_try_reserve') IS NOT NULL"
-    " AND to_regproc('quota_ledger_reserve_many') IS NOT NULL"
+# whether the set functions are installed (a schema at 0012 or later)
+HAS_SET_FUNCTIONS = (
+    "SELECT to_regproc('quota_ledger_reserve_many') IS NOT NULL"
     " AND to_regproc('quota_ledger_commit_many') IS NOT NULL"
 )
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"
 
 
-def batch_functions_installed(conn: Connection) -> bool:
-    """Whether the database has the functions a batch calls (a schema at 0012 or later)."""
-    return bool(conn.exec_driver_sql(HAS_BATCH_FUNCTIONS).scalar())
+def set_functions_installed(conn: Connection) -> bool:
+    """Whether the database has the set functions (a schema at 0012 or later)."""
+    return bool(conn.exec_driver_sql(HAS_SET_FUNCTIONS).scalar())
 
 
 class Unavailable(Exception):
@@ -153,11 +168,11 @@ def reserve_params(
     }
 
 
-def reserve_many(calls: list[Mapping[str, Any]], guard: bool = False) -> Call:
+def reserve_many(calls: list[Mapping[str, Any]]) -> Call:
     """One call of ``ledger_reserve_many`` for requests of one partition and configuration
     version, from the parameters of their own calls (:func:`reserve_params`): each request's
     items, user/group counters and ResourceQuota charges flattened, each with its request's place
-    (1-based). It never aborts the transaction, so needs no ``guard``."""
+    (1-based). It never aborts the transaction: what it declines, it leaves untouched."""
     first = calls[0]
     numbered = list(enumerate(calls, 1))
     return Call(
@@ -194,25 +209,14 @@ _ID_FIELDS = ("kinds", "names", "queues", "resources", "amounts", "limits")
 _QUOTA_FIELDS = ("names", "resources", "amounts")
 
 
-def reserve_call(params: Mapping[str, Any], *, guarded: bool) -> Call:
-    """One request's ``ledger_reserve`` call in a batch; ``guarded``: ``ledger_try_reserve``,
-    which declines without aborting the transaction."""
-    return Call(TRY_RESERVE if guarded else RESERVE, params)
-
-
 def commit_params(reservation_id: str, operation_id: str) -> dict[str, Any]:
     return {"id": reservation_id, "op": operation_id}
 
 
-def commit_call(params: Mapping[str, Any], *, guarded: bool) -> Call:
-    """One whole commit's ``ledger_commit`` call in a batch (``guarded``: ``ledger_try_commit``)."""
-    return Call(TRY_COMMIT if guarded else COMMIT, params)
-
-
-def commit_many(calls: list[Mapping[str, Any]], guard: bool) -> Call:
-    """One call of ``ledger_commit_many`` for whole commits, from their own calls' parameters;
-    ``guard``: a tracked one without its application row is declined alone (else the call
-    aborts, as ``ledger_commit`` would)."""
+def commit_many(calls: list[Mapping[str, Any]], guard: bool = True) -> Call:
+    """One call of ``ledger_commit_many`` for whole commits, from their own parameters
+    (:func:`commit_params`); ``guard``: a tracked one without its application row is declined
+    alone (else the call aborts with ``QL001``)."""
     ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
     return Call(COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
 
@@ -228,18 +232,3 @@ def expire_params(partition: str, limit: int, skip: Sequence[str], version: int)
         "ns": ADVISORY_NAMESPACE,
         "k": advisory_key(partition),
     }
-
-
-class Declined(Exception):
-    """A plain function call of a batch declined: the transaction is lost, run it again guarded."""
-
-
-def pipelined(cursor: PgCursor, calls: Sequence[Call], *, plain: bool) -> list[list[Any]]:
-    """Send ``calls`` in one round trip (:meth:`PgCursor.pipelined`); each one's rows.
-    ``plain``: a call that declines aborts the transaction and raises :class:`Declined`."""
-    try:
-        return cursor.pipelined(calls)
-    except exc.DBAPIError as error:
-        if plain and getattr(error.orig, "sqlstate", None) == DECLINED:
-            raise Declined() from error
-        raise

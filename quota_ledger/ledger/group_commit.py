@@ -50,8 +50,6 @@ log = logging.getLogger("quota_ledger.group_commit")
 
 #: how many requests one transaction decides at most, unless the engine says otherwise
 DEFAULT_MAX_BATCH = 256
-#: batches that send guarded function calls after a plain one declined
-GUARDED_AFTER_DECLINE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +132,6 @@ class GroupCommit:
         self._closing = False
         self._stats = BatchStats()
         self._functions: bool | None = None
-        #: batches still to send guarded function calls (after a plain one declined)
-        self._guarded = 0
 
     @property
     def stats(self) -> BatchStats:
@@ -150,11 +146,11 @@ class GroupCommit:
 
     @property
     def functions(self) -> bool:
-        """Whether a batch may call the PostgreSQL functions that decline without aborting it
-        (``quota_ledger_try_*`` and ``*_many``, revision 0012); asked of the database once."""
+        """Whether a batch may call the PostgreSQL set functions (revision 0012 and later);
+        asked of the database once."""
         if self._functions is None:
             installed = self.driver.functions and self.driver.run(
-                lambda tx: pg_functions.batch_functions_installed(tx.conn)
+                lambda tx: pg_functions.set_functions_installed(tx.conn)
             )
             self._functions = installed
         return self._functions
@@ -262,7 +258,7 @@ class GroupCommit:
             return
         jobs.sort(key=lambda job: job.order)
         try:
-            outcomes = self._decide_guarding_when_declined(jobs)
+            outcomes = self.driver.run(lambda tx: decide(tx, jobs))
         except DatabaseUnavailable as error:
             # Retries spent: each request alone would have met the same outage.
             for job in jobs:
@@ -281,19 +277,6 @@ class GroupCommit:
                 job.resolve(error=outcome.error)
             else:
                 job.resolve(outcome)
-
-    def _decide_guarding_when_declined(self, jobs: list[_Job]) -> list[Any]:
-        """Decide the batch. While no call has declined lately its function calls go plain (a
-        subtransaction each costs about a third more server time); one that declines loses the
-        transaction, which is then run again with every call guarded, as are the next
-        :data:`GUARDED_AFTER_DECLINE` batches."""
-        if self._guarded == 0:
-            try:
-                return self.driver.run(lambda tx: decide(tx, jobs, plain=True))
-            except pg_functions.Declined:
-                self._guarded = GUARDED_AFTER_DECLINE
-        self._guarded -= 1
-        return self.driver.run(lambda tx: decide(tx, jobs, plain=False))
 
     def _one_by_one(self, jobs: list[_Job], *, counted: bool = False) -> None:
         """Decide each job alone; ``counted``: each as a batch of one, unless the database

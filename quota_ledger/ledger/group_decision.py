@@ -1,15 +1,11 @@
 """How one batch's transaction decides its requests (see :mod:`quota_ledger.ledger.group_commit`).
 
 On PostgreSQL a batch sends its function calls in one pipelined round trip before any other
-step. Requests that can be decided as a set (a :class:`Many`: the reserves of one
-partition, the whole commits) go as one call for all of them (``quota_ledger_reserve_many``,
-``quota_ledger_commit_many``): one statement per step whatever their number, each counter
-updated once. What such a call declines goes as each request's own guarded call in a second
-round trip, and what that declines, its request's step decides. Other requests go as one
-call each. While none of those has declined lately they go plain; one that declines aborts the
-transaction, which then runs again with every such call guarded (``quota_ledger_try_*``: an
-exception block, so a decline undoes only that call), as do the next batches: a guard is a
-subtransaction, which costs about a third more server time a call.
+step: the requests that a set function may decide (a :class:`ByFunction`: the reserves of one
+partition and configuration version, the whole commits) go as one call for each group of them
+(``quota_ledger_reserve_many``, ``quota_ledger_commit_many``), one statement per step whatever
+their number, each counter updated once. A call never aborts the transaction: what it declines,
+its request's step decides.
 
 On MariaDB and SQLite requests that can be decided as a set (a :class:`Together`: the
 keyless reserves of one partition, tracked ones and first uses included, the whole commits) are
@@ -30,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.tx import LedgerTx, set_failed
 from quota_ledger.model.errors import QuotaLedgerError
@@ -40,31 +35,17 @@ log = logging.getLogger("quota_ledger.group_commit")
 
 
 @dataclass(frozen=True, slots=True)
-class Many:
-    """How requests like this one are decided together by one call: those of a batch with
-    equal ``group`` go as ``build`` of their plain calls' parameters, in batch order, and
-    whether the call is to be guarded (see :class:`ByFunction`). The call returns a row for each
-    request it decided, ending with the request's place in it (1-based); it declines the others
-    without aborting the transaction (their steps decide them), or unguarded it may abort it
-    as a plain call does."""
+class ByFunction(Generic[T]):
+    """A request a PostgreSQL set function may decide: the requests of a batch with equal
+    ``group`` go as one call of ``build`` over their ``params``, in batch order. The call returns
+    a row for each request it decided, ending with the request's place in it (1-based), and
+    declines the others without aborting the transaction (their steps decide them); ``finish``
+    says what a request's rows mean (None: declined)."""
 
     group: tuple[Any, ...]
-    build: Callable[[list[Mapping[str, Any]], bool], Call]
-
-
-@dataclass(frozen=True, slots=True)
-class ByFunction(Generic[T]):
-    """A request decided by one call of a PostgreSQL function that is all or nothing by itself:
-    ``call`` declines without aborting the transaction (``quota_ledger_try_*``, a
-    subtransaction each), ``plain`` the same function without that guard, which aborts the
-    transaction when it declines; and what their rows mean (None: declined, the request's
-    step decides)."""
-
-    call: Call
-    plain: Call
+    params: Mapping[str, Any]
+    build: Callable[[list[Mapping[str, Any]]], Call]
     finish: Callable[[list[Any]], T | None]
-    #: a call that decides this request together with others like it, when there are some
-    many: Many | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,29 +84,23 @@ class Job(Protocol):
     def together(self) -> Together[Any] | None: ...
 
 
-def decide(tx: LedgerTx, jobs: Sequence[Job], *, plain: bool) -> list[Any]:
-    """The batch's transaction: the function calls of the jobs that have one, in order and in
-    one round trip (and the own guarded calls of those a call for many declined, in a second);
+def decide(tx: LedgerTx, jobs: Sequence[Job]) -> list[Any]:
+    """The batch's transaction: the function calls of the jobs that have one, in one round trip;
     off PostgreSQL the sets of jobs decided together; then, in order, the step of every other
     job and of every job whose call or set left it out, each in its own savepoint. That is the
-    order the batch decides them in.
-    ``plain``: calls that abort the transaction when they decline (``pg_functions.Declined``)."""
+    order the batch decides them in."""
     decided: dict[int, Any] = {}
     planned: list[tuple[int, ByFunction[Any]]] = []
     for i, job in enumerate(jobs):
         if job.by_function is not None:
             try:
-                quick = job.by_function(tx)
+                call = job.by_function(tx)
             except QuotaLedgerError:
-                quick = None  # nothing written: the step decides, and raises what it must
-            if quick is not None:
-                planned.append((i, quick))
+                call = None  # nothing written: the step decides, and raises what it must
+            if call is not None:
+                planned.append((i, call))
     if planned and tx.pg is not None:
-        # What a call for many declines may be a case it leaves to each request's own call
-        # (guarded, in a second round trip), which may decline it in turn: its step decides.
-        aside = _call(tx.pg, _sends(planned, plain=plain), decided, plain=plain)
-        if aside:
-            _call(tx.pg, [(quick.call, [(i, quick)], False) for i, quick in aside], decided, plain=False)
+        _call(tx.pg, planned, decided)
     if tx.pg is None:
         _together(tx, jobs, decided)
     outcomes: list[Any] = []
@@ -173,44 +148,20 @@ def _together(tx: LedgerTx, jobs: Sequence[Job], decided: dict[int, Any]) -> Non
             decided[members[n]] = value
 
 
-Planned = list[tuple[int, ByFunction[Any]]]
-#: calls to send, each with the requests it decides and whether it is a call for many
-Sends = list[tuple[Call, Planned, bool]]
-
-
-def _call(cursor: PgCursor, sends: Sends, decided: dict[int, Any], *, plain: bool) -> Planned:
-    """Send ``sends`` in one round trip and put what they decided in ``decided``; the requests
-    that a call for many declined. ``plain``: a decline that aborts the transaction raises
-    :class:`~quota_ledger.driver.pg_functions.Declined`."""
-    answers = pg_functions.pipelined(cursor, [call for call, _, _ in sends], plain=plain)
-    aside: Planned = []
-    for (_, members, together), rows in zip(sends, answers, strict=True):
-        # a call for many answers with a row for each it decided, ending with its place
-        by_member = {row[-1] - 1: [row] for row in rows} if together else {0: rows}
-        for n, (i, quick) in enumerate(members):
-            value = quick.finish(by_member[n]) if n in by_member else None
+def _call(cursor: PgCursor, planned: Sequence[tuple[int, ByFunction[Any]]], decided: dict[int, Any]) -> None:
+    """Send one call for each group of ``planned`` (in the order of its first request), all in
+    one round trip, and put what they decided in ``decided``."""
+    groups: dict[tuple[Any, ...], list[tuple[int, ByFunction[Any]]]] = {}
+    for i, call in planned:
+        groups.setdefault(call.group, []).append((i, call))
+    members = list(groups.values())
+    sends = [group[0][1].build([call.params for _, call in group]) for group in members]
+    for group, rows in zip(members, cursor.pipelined(sends), strict=True):
+        # a row for each request the call decided, ending with its place (1-based)
+        by_place: dict[int, list[Any]] = {}
+        for row in rows:
+            by_place.setdefault(row[-1] - 1, []).append(row)
+        for n, (i, call) in enumerate(group):
+            value = call.finish(by_place[n]) if n in by_place else None
             if value is not None:
                 decided[i] = value
-            elif together:
-                aside.append((i, quick))
-    return aside
-
-
-def _sends(planned: Planned, *, plain: bool) -> Sends:
-    """The calls that decide ``planned``, in order, each with the requests it decides and
-    whether it is a call for many: one for every group of two or more requests that can be
-    decided together (where its first one was), and each other request's own call."""
-    groups: dict[tuple[Any, ...], Planned] = {}
-    for i, quick in planned:
-        if quick.many is not None:
-            groups.setdefault(quick.many.group, []).append((i, quick))
-    sends: Sends = []
-    for i, quick in planned:
-        many = quick.many
-        members = groups[many.group] if many is not None else []
-        if many is not None and len(members) > 1:
-            if members[0][0] == i:
-                sends.append((many.build([q.plain.params for _, q in members], not plain), members, True))
-        else:
-            sends.append((quick.plain if plain else quick.call, [(i, quick)], False))
-    return sends

@@ -18,7 +18,7 @@ refused request leaves no trace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.group_decision import ByFunction, Many
+from quota_ledger.ledger.group_decision import ByFunction
 from quota_ledger.model import arguments, charges, queues, tracking, validation
 from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
@@ -211,51 +211,46 @@ def identity_of(rules: Rules, request: ReserveRequest) -> Identity:
 
 
 def _by_function(driver: DbQuotaDriver, rules: Rules, request: ReserveRequest) -> datetime | None:
-    """Reserve in one call; the database clock it was created at, or None when the function
-    declined (nothing was written) or the admission rules may refuse it."""
+    """Reserve in one call of ``ledger_reserve_many`` for this request alone; the database clock
+    it was created at, or None when the function declined (nothing was written) or the admission
+    rules may refuse it."""
+    params = function_params(rules, request)
+    if params is None:
+        return None
+    call = pg_functions.reserve_many([params])
+    rows = driver.call(call.sql, call.params)
+    if not rows:
+        return None
+    created: datetime = rows[0][0]
+    return created
+
+
+def function_params(rules: Rules, request: ReserveRequest) -> dict[str, Any] | None:
+    """The request's part of a ``ledger_reserve_many`` call under ``rules``, or None when the
+    general path must decide it (see :mod:`quota_ledger.driver.pg_functions`)."""
     quota_charged = quota_charges(rules, request)
     if quota_charged is None:
         return None
-    return call(driver, rules, request, quota_charged, identity_of(rules, request))
-
-
-def call(
-    driver: DbQuotaDriver,
-    rules: Rules,
-    request: ReserveRequest,
-    quota_charged: Sequence[tuple[str, str, int]],
-    identity: Identity,
-) -> datetime | None:
-    """One call of ``ledger_reserve``, charging the ResourceQuota counters ``quota_charged``
-    names and the application and user/group counters of ``identity``; None when it declined."""
-    params = pg_functions.reserve_params(request, rules.version, quota_charged, identity)
-    rows = driver.call(pg_functions.RESERVE, params)
-    if rows is None:
-        return None
-    now: datetime = rows[0][0]
-    return now
+    return pg_functions.reserve_params(request, rules.version, quota_charged, identity_of(rules, request))
 
 
 # -- in a batch (group commit) -----------------------------------------------------------------
 def by_function_in(
     tx: LedgerTx, rules: CompiledRules, request: ReserveRequest
 ) -> ByFunction[Reservation] | None:
-    """The call of ``ledger_try_reserve`` that reserves ``request`` inside a batch's
-    transaction (declining, it undoes its own changes); None when there is none or the
-    admission rules may refuse the request: the general path then decides."""
+    """How ``ledger_reserve_many`` may reserve ``request`` with the batch's other reserves of its
+    partition; None off PostgreSQL or when the general path must decide it."""
     if tx.pg is None or not request.resources:
         return None
     known = rules.known(lambda step: step(tx))
-    quota_charged = quota_charges(known, request)
-    if quota_charged is None:
+    params = function_params(known, request)
+    if params is None:
         return None
-    params = pg_functions.reserve_params(request, known.version, quota_charged, identity_of(known, request))
 
     def finish(rows: list[Any]) -> Reservation | None:
         created: datetime | None = rows[0][0]
         return None if created is None else request.pending(created)
 
-    # the requests of one partition and configuration version can be reserved together
-    many = Many(("reserve", request.partition, known.version), pg_functions.reserve_many)
-    guarded, plain = (pg_functions.reserve_call(params, guarded=g) for g in (True, False))
-    return ByFunction(guarded, plain, finish, many)
+    # the requests of one partition and configuration version are reserved together
+    group = ("reserve", request.partition, known.version)
+    return ByFunction(group, params, pg_functions.reserve_many, finish)

@@ -26,7 +26,7 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.group_decision import ByFunction, Many
+from quota_ledger.ledger.group_decision import ByFunction
 from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.counters import Counter
 from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
@@ -226,17 +226,19 @@ def commit_general(
 
 
 def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
-    """Commit a pending reservation whole in one call; None when the function declined."""
-    rows = driver.call(pg_functions.COMMIT, pg_functions.commit_params(reservation_id, operation_id))
+    """Commit a pending reservation whole in one call of ``ledger_commit_many`` for it alone;
+    None when the function declined."""
+    call = pg_functions.commit_many([pg_functions.commit_params(reservation_id, operation_id)])
+    rows = driver.call(call.sql, call.params)
     return committed(reservation_id, rows[0]) if rows else None
 
 
 def by_function_in(
     tx: LedgerTx, reservation_id: str, operation_id: str
 ) -> ByFunction[tuple[Reservation, bool]] | None:
-    """The call of ``ledger_try_commit`` that commits a reservation whole inside a batch's
-    transaction, with an outcome of :func:`commit_general` (declining, it undoes its own
-    changes and the general path decides); None off PostgreSQL."""
+    """How ``ledger_commit_many`` may commit a reservation whole with the batch's other whole
+    commits, with an outcome of :func:`commit_general` (what it declines, the general path
+    decides); None off PostgreSQL."""
     if tx.pg is None:
         return None
 
@@ -244,9 +246,7 @@ def by_function_in(
         return (committed(reservation_id, rows[0]), False) if rows else None
 
     params = pg_functions.commit_params(reservation_id, operation_id)
-    many = Many(("commit",), pg_functions.commit_many)
-    guarded, plain = (pg_functions.commit_call(params, guarded=g) for g in (True, False))
-    return ByFunction(guarded, plain, finish, many)
+    return ByFunction(("commit",), params, pg_functions.commit_many, finish)
 
 
 def committed(reservation_id: str, row: Any) -> Reservation:

@@ -20,9 +20,9 @@ from quota_ledger.driver.dialect import ADVISORY_NAMESPACE
 def pgbench_script(pattern: str, scopes: int, version: int) -> str:
     """One pgbench transaction = the library's reserve call then its commit call.
 
-    The same two function calls (``quota_ledger.driver.pg_functions``), each its own
-    transaction; the reservation id is made by the server in the reserve statement and carried
-    to the commit with ``\\gset``.
+    The same two function calls (``quota_ledger.driver.pg_functions``: the set functions, each
+    for one request), each its own transaction; the reservation id is made by the server in the
+    reserve statement and carried to the commit with ``\\gset``.
     """
     if pattern == "hot":
         pick, scope = "", f"'{HOT_QUEUE}'"
@@ -30,20 +30,23 @@ def pgbench_script(pattern: str, scopes: int, version: int) -> str:
         pick, scope = f"\\set q random(0, {scopes - 1})\n", "'root.p' || lpad(:q::text, 5, '0')"
     res_array = "ARRAY[" + ", ".join(f"'{r}'" for r in RESOURCES) + "]::text[]"
     amounts = "ARRAY[" + ", ".join(str(AMOUNTS[r]) for r in RESOURCES) + "]::bigint[]"
+    owners = "ARRAY[" + ", ".join("1" for _ in RESOURCES) + "]::integer[]"
     ttl_us = TTL // timedelta(microseconds=1)
     digest = "0" * 64
+    nothing = "ARRAY[NULL]::text[]"
     return (
         f"{pick}"
-        f"SELECT g.rid, quota_ledger_reserve(g.rid, '{PARTITION}', NULL, '{digest}', {scope}, {res_array}, "
-        f"{amounts}, {ttl_us}, NULL, "
+        "SELECT g.rid, r.created_at FROM (SELECT gen_random_uuid()::text AS rid) AS g "
+        f"CROSS JOIN LATERAL quota_ledger_reserve_many('{PARTITION}', {version}, "
+        f"{ADVISORY_NAMESPACE}, {PG_LOCK_KEY}, ARRAY[g.rid], {nothing}, ARRAY['{digest}'], "
+        f"ARRAY[{scope}], {nothing}, ARRAY[{ttl_us}]::bigint[], {nothing}, "
         # hex, because pgbench would read the JSON's colons as variables
-        f"convert_from('\\x{KUBE_JSON.encode().hex()}'::bytea, 'UTF8'), {version}, "
-        f"{ADVISORY_NAMESPACE}, {PG_LOCK_KEY}, "
-        "ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[], NULL, NULL, NULL, NULL, NULL, "
-        "ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[],"
-        " ARRAY[]::bigint[]) AS created "
-        "FROM (SELECT gen_random_uuid()::text AS rid) AS g \\gset\n"
-        "SELECT * FROM quota_ledger_commit(:rid, gen_random_uuid()::text);\n"
+        f"ARRAY[convert_from('\\x{KUBE_JSON.encode().hex()}'::bytea, 'UTF8')], "
+        f"{nothing}, {nothing}, {nothing}, {nothing}, {owners}, {res_array}, {amounts}, "
+        "ARRAY[]::integer[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], "
+        "ARRAY[]::bigint[], ARRAY[]::bigint[], "
+        "ARRAY[]::integer[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::bigint[]) AS r \\gset\n"
+        "SELECT * FROM quota_ledger_commit_many(ARRAY[:rid::text], ARRAY[gen_random_uuid()::text], true);\n"
     )
 
 

@@ -40,9 +40,9 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_err
 class PsycopgWorker:
     """The library's reserve and commit, hand-written on one psycopg connection.
 
-    The very same statements (``quota_ledger.driver.pg_functions``: one server-side function
-    call per transaction, in autocommit), the same parameters; only the Python around them is
-    minimal. psycopg prepares statements after five executions, as in the library.
+    The very same statements (``quota_ledger.driver.pg_functions``: one call of a set function
+    for one request per transaction, in autocommit), the same parameters; only the Python around
+    them is minimal. psycopg prepares statements after five executions, as in the library.
     """
 
     def __init__(self, dsn: str, pick: QueuePicker, seed: int, version: int) -> None:
@@ -58,7 +58,7 @@ class PsycopgWorker:
     def close(self) -> None:
         self.conn.close()
 
-    def _call(self, sql: str, params: dict[str, Any]) -> list[Any]:
+    def _call(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         if self.trace is not None:
             self.trace.append(statement_shape(sql, 1))
         for _attempt in range(10):
@@ -88,42 +88,43 @@ class PsycopgWorker:
                 separators=(",", ":"),
             ).encode()
         ).hexdigest()
-        self._call(
-            pg_functions.RESERVE,
-            {
-                "id": rid,
-                "partition": PARTITION,
-                "key": None,
-                "request_hash": digest,
-                "queue": queue,
-                "resources": list(RESOURCES),
-                "amounts": [AMOUNTS[r] for r in RESOURCES],
-                "ttl_us": TTL // timedelta(microseconds=1),
-                "priority_class": None,
-                "kube": KUBE_JSON,
-                "version": self.version,
-                "ns": ADVISORY_NAMESPACE,
-                "k": PG_LOCK_KEY,
-                "quota_names": [],
-                "quota_resources": [],
-                "quota_amounts": [],
-                "user": None,
-                "groups": None,
-                "application": None,
-                "app_key": None,
-                "group": None,
-                "id_kinds": [],
-                "id_names": [],
-                "id_queues": [],
-                "id_resources": [],
-                "id_amounts": [],
-                "id_limits": [],
-            },
-        )
+        params = {
+            "id": rid,
+            "partition": PARTITION,
+            "key": None,
+            "request_hash": digest,
+            "queue": queue,
+            "resources": list(RESOURCES),
+            "amounts": [AMOUNTS[r] for r in RESOURCES],
+            "ttl_us": TTL // timedelta(microseconds=1),
+            "priority_class": None,
+            "kube": KUBE_JSON,
+            "version": self.version,
+            "ns": ADVISORY_NAMESPACE,
+            "k": PG_LOCK_KEY,
+            "quota_names": [],
+            "quota_resources": [],
+            "quota_amounts": [],
+            "user": None,
+            "groups": None,
+            "application": None,
+            "app_key": None,
+            "group": None,
+            "id_kinds": [],
+            "id_names": [],
+            "id_queues": [],
+            "id_resources": [],
+            "id_amounts": [],
+            "id_limits": [],
+        }
+        call = pg_functions.reserve_many([params])
+        if not self._call(call.sql, call.params):
+            raise BenchError(f"psycopg worker: reservation in {queue} was declined")
         return rid
 
     def commit(self, rid: str) -> None:
-        rows = self._call(pg_functions.COMMIT, {"id": rid, "op": str(uuid.uuid4())})
+        call = pg_functions.commit_many([pg_functions.commit_params(rid, str(uuid.uuid4()))])
+        rows = self._call(call.sql, call.params)
         if not rows:
             raise BenchError(f"psycopg worker: reservation {rid} was not committed")
 

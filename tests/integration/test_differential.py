@@ -334,14 +334,13 @@ def _tell(decided: Sequence[int], asked: int, before: Snapshot, after: Snapshot)
 
 # -- reserves ------------------------------------------------------------------------------------
 def by_one_call(tx: LedgerTx, planned: Sequence[Any]) -> dict[int, Any]:
-    """What one call for many decided, built as a batch builds it from the plain calls its
-    requests would make alone (``by_function_in``; see :mod:`quota_ledger.ledger.group_decision`):
-    the place (1-based) of each request it decided, which ends its row, and the outcome the batch
-    hands that request's caller."""
+    """What one call for many decided, built as a batch builds it from its requests' parts
+    (``by_function_in``; see :mod:`quota_ledger.ledger.group_decision`): the place (1-based) of
+    each request it decided, which ends its row, and the outcome the batch hands that request's
+    caller."""
     assert all(plan is not None for plan in planned), "every request has a function call"
-    many = [plan.many for plan in planned]
-    assert all(m is not None and m == many[0] for m in many), "one call decides them all"
-    call = many[0].build([plan.plain.params for plan in planned], True)
+    assert all(plan.group == planned[0].group for plan in planned), "one call decides them all"
+    call = planned[0].build([plan.params for plan in planned])
     return {
         row[-1]: planned[row[-1] - 1].finish([row]) for row in tx.conn.exec_driver_sql(call.sql, call.params)
     }
@@ -513,9 +512,7 @@ def test_a_refused_new_application_leaves_no_row(ledger: QuotaEngine) -> None:
     # (it once did: the first request's missing application key made the cleanup's test NULL).
     state = State(document=_ONE_QUEUE, capacity={PARTITION: {"fpga": 3}})
     found = [Ask("root.a", {"fpga": 3}), Ask("root.a", {"fpga": 1}, user="ann", application=1)]
-    ledger.driver.run(
-        lambda tx: check_reserves(tx, ledger.bounds, state, found), rollback=True
-    )
+    ledger.driver.run(lambda tx: check_reserves(tx, ledger.bounds, state, found), rollback=True)
 
 
 # -- the test has teeth ----------------------------------------------------------------------------

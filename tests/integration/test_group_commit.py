@@ -8,7 +8,7 @@ requests queued meanwhile make up the next batch (the stats say so).
 These are the batching machinery's own tests (leading, closing, failures, retries). What a
 batch decides is tested on every decision path (``test_batches_decide_as_alone.py``,
 ``test_tracked_batches.py``); the PostgreSQL section at the end is path-specific: how many
-requests each set call of a batch is given, and the guarded calls' declines.
+requests each set call of a batch is given, and what they decline.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from quota_ledger import (
     ReservationState,
     ReservationStateError,
 )
+from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reserve
@@ -432,7 +433,7 @@ def test_a_connection_lost_mid_batch_retries_the_whole_batch(server_db_url: URL)
         side.dispose()
 
 
-def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url: URL) -> None:
+def test_the_set_functions_decline_without_aborting_the_transaction(postgres_url: URL) -> None:
     engine = QuotaEngine.from_url(postgres_url, batching=True)
     try:
         engine.set_limits("root.a", {"fpga": 1})
@@ -440,11 +441,12 @@ def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url
         flusher = _flusher(engine)
         assert flusher.functions
 
+        def commits(tx: LedgerTx, rid: str) -> int:
+            call = pg_functions.commit_many([pg_functions.commit_params(rid, "op")])
+            return len(tx.conn.exec_driver_sql(call.sql, call.params).fetchall())
+
         def declined_then_committed(tx: LedgerTx) -> tuple[int, int, str]:
-            # an unknown id: the commit declines; the transaction goes on
-            missing = tx.conn.execute(
-                text("SELECT count(*) FROM quota_ledger_try_commit('nope', 'op')")
-            ).scalar_one()
+            missing = commits(tx, "nope")  # an unknown id: the commit declines; the transaction goes on
             request = requests.build(
                 partition="default",
                 queue="root.a",
@@ -458,14 +460,13 @@ def test_the_try_functions_decline_without_aborting_the_transaction(postgres_url
                 kube={"usage": {}, "scopes": {"priorityClass": None}},
                 namespace="a",
             )
-            quick = reserve.by_function_in(tx, engine.rules, request)
-            assert quick is not None
-            over = tx.pg.pipelined([quick.call]) if tx.pg is not None else [[(None,)]]
-            assert quick.finish(over[0]) is None  # over the limit: declined, nothing written
-            done = tx.conn.execute(
-                text("SELECT count(*) FROM quota_ledger_try_commit(:id, 'op')"), {"id": made.id}
-            )
-            return int(missing), int(done.scalar_one()), tx.conn.execute(text("SELECT 'alive'")).scalar_one()
+            call = reserve.by_function_in(tx, engine.rules, request)
+            assert call is not None
+            assert tx.pg is not None
+            (rows,) = tx.pg.pipelined([call.build([call.params])])
+            assert rows == []  # over the limit: declined, nothing written
+            done = commits(tx, made.id)
+            return missing, done, tx.conn.execute(text("SELECT 'alive'")).scalar_one()
 
         assert flusher.run(declined_then_committed) == (0, 1, "alive")
         assert engine.get(made.id).state is ReservationState.COMMITTED
