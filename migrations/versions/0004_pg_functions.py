@@ -8,7 +8,8 @@ version the caller compiled, which also decided the ResourceQuotas to charge) an
 remains the one source of truth for refusals and errors. Lock order is the canonical one:
 partition (advisory, shared) -> reservation rows -> queue counters -> subtree counters.
 
-The functions' text is in ``quota_ledger/driver/sql``. MariaDB and SQLite get nothing here.
+The functions' text is in ``quota_ledger/driver/sql``, or frozen in ``migrations/sql``. MariaDB and
+SQLite get nothing here.
 
 Revision ID: 0004
 Revises: 0003
@@ -26,10 +27,12 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-# the definitions this revision installs (quota_ledger/driver/sql), in dependency order; the
-# expiry function is the one of this revision, which 0005 replaced, and the reserve function
-# the one 0010 replaced
-_DEFINITIONS = ("lineage", "enter", "check_updated", "reserve_v1", "commit", "expire_v1")
+# the definitions this revision installs, in dependency order: the helpers as they are today
+# (quota_ledger/driver/sql); the reserve function of this revision, which 0010 replaced, the
+# commit function, which 0016 dropped, and the expiry function, which 0005 replaced, frozen
+# (migrations/sql)
+_CURRENT = ("lineage", "enter", "check_updated")
+_FROZEN = ("reserve_v1", "commit_v1", "expire_v1")
 
 _COUNTER_TABLES = ("quota_usages", "quota_identity_usages")
 _FUNCTIONS = (
@@ -47,8 +50,10 @@ _FUNCTIONS = (
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for name in _DEFINITIONS:
+    for name in _CURRENT:
         op.execute(sql.definition(name))
+    for name in _FROZEN:
+        op.execute(sql.frozen(name))
     # Room on each page for the new version of an updated counter row: the update stays on
     # the page (HOT) and touches no index (in_use, reserved and updated_at are not indexed).
     for table in _COUNTER_TABLES:

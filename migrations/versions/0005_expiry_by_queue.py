@@ -61,7 +61,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     engine = op.get_bind().dialect.name
     if engine == "postgresql":
-        op.execute(sql.definition("expire_v1"))  # the function of revision 0004
+        op.execute(sql.frozen("expire_v1"))  # the function of revision 0004
     if engine in ("postgresql", "sqlite"):
         op.drop_index(_KEY, table_name="reservations")
         with op.batch_alter_table("reservations") as batch:

@@ -36,11 +36,11 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(f"DROP FUNCTION IF EXISTS {_BEFORE}")
-    op.execute(sql.definition("reserve_v2"))  # the function of revision 0010
+    op.execute(sql.frozen("reserve_v2"))  # the function of revision 0010
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(f"DROP FUNCTION IF EXISTS {_AFTER}")
-    op.execute(sql.definition("reserve_v1"))  # the function of revision 0004
+    op.execute(sql.frozen("reserve_v1"))  # the function of revision 0004

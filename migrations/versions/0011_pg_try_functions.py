@@ -23,7 +23,8 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-_DEFINITIONS = ("try_reserve", "try_commit")
+# the definitions of this revision, which 0016 dropped
+_DEFINITIONS = ("try_reserve_v1", "try_commit_v1")
 _FUNCTIONS = (
     "quota_ledger_try_commit(text, text)",
     "quota_ledger_try_reserve(text, text, text, text, text, text[], bigint[], bigint, text, text, integer,"
@@ -36,7 +37,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     for name in _DEFINITIONS:
-        op.execute(sql.definition(name))
+        op.execute(sql.frozen(name))
 
 
 def downgrade() -> None:

@@ -38,7 +38,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     for name in _DEFINITIONS:
-        op.execute(sql.definition(name))
+        op.execute(sql.frozen(name))
 
 
 def downgrade() -> None:

@@ -25,10 +25,10 @@ depends_on = None
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute(sql.definition("reserve"))
+    op.execute(sql.frozen("reserve_v3"))  # the function of this revision, which 0016 dropped
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute(sql.definition("reserve_v2"))  # the function of revision 0010
+    op.execute(sql.frozen("reserve_v2"))  # the function of revision 0010

@@ -39,4 +39,4 @@ def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     for name in ("reserve_many_v1", "commit_many_v1"):  # the functions of revision 0012
-        op.execute(sql.definition(name))
+        op.execute(sql.frozen(name))

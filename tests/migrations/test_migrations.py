@@ -27,7 +27,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0015"
+        assert migrate.current(engine.driver.engine) == "0016"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None
@@ -163,6 +163,10 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
     functions = sorted(p.name for p in (REPO / "quota_ledger" / "driver" / "sql").glob("*.sql"))
     assert functions
     assert sorted(p.name for p in (site / "quota_ledger" / "driver" / "sql").glob("*.sql")) == functions
+    # and the frozen definitions the older revisions install, with the migration scripts
+    frozen = sorted(p.name for p in (REPO / "migrations" / "sql").glob("*.sql"))
+    assert frozen
+    assert sorted(p.name for p in (site / "quota_ledger" / "_migrations" / "sql").glob("*.sql")) == frozen
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -176,6 +180,15 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         text=True,
     )
     assert probe.stdout.strip().startswith(str(site))
+    frozen_probe = subprocess.run(
+        [sys.executable, "-c", "from quota_ledger.driver import sql; print(sql.frozen('reserve_v1'))"],
+        cwd=workdir,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert frozen_probe.stdout.startswith("-- quota_ledger_reserve(")
     # The console script's default database is a SQLite file in the user's data directory.
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     result = subprocess.run(
@@ -187,6 +200,6 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0015" in result.stdout
+    assert "schema at 0016" in result.stdout
     assert (tmp_path / "data" / "quota-ledger" / "ledger.db").is_file()
     assert list(workdir.iterdir()) == []

@@ -2,7 +2,8 @@
 
 At the head revision every ``NAME.sql`` is installed as written (its body, and its whole definition
 as PostgreSQL reports it) and no other ``quota_ledger_*`` function exists; a revision that a later
-one replaced keeps its own definition, however the database reaches it.
+one replaced or dropped keeps its own definition, frozen as ``migrations/sql/NAME_vN.sql``, however
+the database reaches it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, create_engine, text
@@ -23,16 +26,32 @@ from quota_ledger.driver.dialect import normalize_url
 
 _CREATED = re.compile(r"^CREATE OR REPLACE FUNCTION (quota_ledger_\w+)\(", re.MULTILINE)
 _BODY = re.compile(r"\$\$(.*)\$\$", re.DOTALL)
+_VERSIONED = re.compile(r"_v\d+$")
 _SCRATCH = "ql_function_sources"
-# the current definitions and the superseded ones the migrations of their time read
-_EVERY_FILE = sorted(
+MIGRATIONS = migrate.script_location()
+# the current definitions (the package's) and the frozen ones the migrations of their time read
+_CURRENT = sorted(
     entry.name.removesuffix(".sql") for entry in resources.files(sql).iterdir() if entry.name.endswith(".sql")
 )
+_FROZEN = sorted(path.stem for path in (MIGRATIONS / "sql").glob("*.sql"))
+_EVERY_FILE = sorted(_CURRENT + _FROZEN)
+# the single-request functions 0016 dropped: the set functions decide one request too
+_RETIRED = {
+    "quota_ledger_reserve": "reserve_v3",
+    "quota_ledger_commit": "commit_v1",
+    "quota_ledger_try_reserve": "try_reserve_v1",
+    "quota_ledger_try_commit": "try_commit_v1",
+}
+
+
+def source(name: str) -> str:
+    """A definition's text: the package's ``NAME.sql``, or a frozen ``NAME_vN.sql``."""
+    return sql.frozen(name) if _VERSIONED.search(name) else sql.definition(name)
 
 
 def function_of(name: str) -> str:
     """The function a file defines: ``expire.sql`` and ``expire_v1.sql`` both quota_ledger_expire."""
-    return "quota_ledger_" + re.sub(r"_v\d+$", "", name)
+    return "quota_ledger_" + _VERSIONED.sub("", name)
 
 
 def body(definition: str) -> str:
@@ -62,6 +81,13 @@ def installed_body(conn: Connection, function: str) -> str:
     return " ".join(str(source).split())
 
 
+def ledger_functions(conn: Connection) -> list[str]:
+    installed = conn.execute(
+        text(r"SELECT proname FROM pg_proc WHERE proname LIKE 'quota\_ledger\_%' ORDER BY 1")
+    ).scalars()
+    return list(installed)
+
+
 @pytest.fixture
 def head(postgres_url: URL) -> Iterator[Connection]:
     """A connection to a fresh database at the head revision (the test template's copy)."""
@@ -74,13 +100,33 @@ def head(postgres_url: URL) -> Iterator[Connection]:
 
 @pytest.mark.parametrize("name", _EVERY_FILE)
 def test_each_file_creates_its_function_and_says_what_it_locks(name: str) -> None:
-    definition = sql.definition(name)
+    definition = source(name)
     header = definition.split("CREATE OR REPLACE FUNCTION", 1)[0]
     assert header.startswith(f"-- {function_of(name)}")
     assert "Locks" in header
     assert _CREATED.findall(definition) == [function_of(name)]
     # the migrations run it through SQLAlchemy's text(): nothing in it may read as a parameter
     assert text(definition).compile().params == {}
+
+
+def test_the_package_holds_the_current_definitions_and_the_migrations_the_frozen_ones() -> None:
+    assert sql.names() == _CURRENT
+    assert not [name for name in _CURRENT if _VERSIONED.search(name)]
+    assert _FROZEN
+    assert all(_VERSIONED.search(name) for name in _FROZEN), _FROZEN
+    assert sql.frozen_folder() == MIGRATIONS / "sql"
+    assert sql.frozen("expire_v1") == (MIGRATIONS / "sql" / "expire_v1.sql").read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="NAME_vN"):
+        sql.frozen("expire")
+    # a function retired has no current file: only its frozen copies
+    assert not {function_of(name) for name in _CURRENT} & _RETIRED.keys()
+    assert set(_RETIRED.values()) <= set(_FROZEN)
+
+
+def test_every_frozen_file_is_read_by_a_migration() -> None:
+    scripts = "\n".join(path.read_text(encoding="utf-8") for path in (MIGRATIONS / "versions").glob("*.py"))
+    unread = [name for name in _FROZEN if f'"{name}"' not in scripts]
+    assert not unread, f"{unread} are installed by no revision: delete them or read them with sql.frozen"
 
 
 def test_every_current_file_is_installed_as_written(head: Connection) -> None:
@@ -106,10 +152,9 @@ def test_every_installed_definition_is_the_files_whole_definition(head: Connecti
 
 
 def test_no_ledger_function_but_the_files(head: Connection) -> None:
-    installed = head.execute(
-        text(r"SELECT proname FROM pg_proc WHERE proname LIKE 'quota\_ledger\_%' ORDER BY 1")
-    ).scalars()
-    assert list(installed) == sorted(function_of(name) for name in sql.names())
+    installed = ledger_functions(head)
+    assert installed == sorted(function_of(name) for name in sql.names())
+    assert not set(installed) & _RETIRED.keys()
 
 
 _RESERVED = text(
@@ -129,13 +174,13 @@ _EXPIRE = text(
 
 @pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
 def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> None:
-    assert "expire_v1" in _EVERY_FILE
-    assert body(sql.definition("expire_v1")) != body(sql.definition("expire"))
+    assert "expire_v1" in _FROZEN
+    assert body(sql.frozen("expire_v1")) != body(sql.definition("expire"))
     engine = create_engine(normalize_url(empty_db))
     try:
         migrate.upgrade(engine, "0004")
         with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire_v1"))
+            assert installed_body(conn, "quota_ledger_expire") == body(sql.frozen("expire_v1"))
         migrate.upgrade(engine, "head")
         with engine.connect() as conn:
             assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire"))
@@ -147,7 +192,7 @@ def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> N
         # back at 0004 (its rows kept) the function of 0004 is back, and sweeps at its schema
         migrate.downgrade(engine, "0004")
         with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_expire") == body(sql.definition("expire_v1"))
+            assert installed_body(conn, "quota_ledger_expire") == body(sql.frozen("expire_v1"))
             assert conn.execute(_EXPIRE).scalar_one() == 2
             conn.commit()
             assert reserved(conn, "root.a") == reserved(conn, "root.b") == 0
@@ -157,29 +202,33 @@ def test_each_revision_keeps_its_expiry_function_up_and_down(empty_db: URL) -> N
 
 @pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
 def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> None:
-    assert len({body(sql.definition(name)) for name in ("reserve_v1", "reserve_v2", "reserve")}) == 3
+    versions = ("reserve_v1", "reserve_v2", "reserve_v3")
+    assert len({body(sql.frozen(name)) for name in versions}) == 3
     engine = create_engine(normalize_url(empty_db))
+
+    def installed() -> str | None:
+        with engine.connect() as conn:
+            if "quota_ledger_reserve" not in ledger_functions(conn):
+                return None
+            return installed_body(conn, "quota_ledger_reserve")
+
     try:
-        migrate.upgrade(engine, "0008")
-        with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
-        migrate.upgrade(engine, "0012")
-        with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v2"))
+        # the function of 0004, then of 0010, then of 0013, then none since 0016
+        for revision, name in (("0008", "reserve_v1"), ("0012", "reserve_v2"), ("0015", "reserve_v3")):
+            migrate.upgrade(engine, revision)
+            assert installed() == body(sql.frozen(name)), revision
         migrate.upgrade(engine, "head")
-        with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve"))
+        assert installed() is None
+        migrate.downgrade(engine, "0015")
+        assert installed() == body(sql.frozen("reserve_v3"))
         with QuotaEngine.from_url(empty_db) as ledger:
             ledger.set_limits("root", {"fpga": 10})
-            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")  # in the function
+            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")  # in a function
             assert ledger.driver.functions
-        migrate.downgrade(engine, "0012")
-        with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v2"))
-        migrate.downgrade(engine, "0008")
-        with engine.connect() as conn:
-            assert installed_body(conn, "quota_ledger_reserve") == body(sql.definition("reserve_v1"))
-        # this engine's call has the head's arguments: at 0008 it reserves on the general path
+        for revision, name in (("0012", "reserve_v2"), ("0008", "reserve_v1")):
+            migrate.downgrade(engine, revision)
+            assert installed() == body(sql.frozen(name)), revision
+        # this engine's calls have the head's arguments: at 0008 it reserves on the general path
         with QuotaEngine.from_url(empty_db) as ledger:
             ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")
             assert not ledger.driver.functions
@@ -193,17 +242,18 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
 def test_each_revision_keeps_its_set_functions_up_and_down(empty_db: URL) -> None:
     names = {"quota_ledger_reserve_many": "reserve_many", "quota_ledger_commit_many": "commit_many"}
     for name in names.values():
-        assert body(sql.definition(f"{name}_v1")) != body(sql.definition(name))
+        assert body(sql.frozen(f"{name}_v1")) != body(sql.definition(name))
     engine = create_engine(normalize_url(empty_db))
     try:
-        for revision, suffix in (("0012", "_v1"), ("head", ""), ("0014", "_v1"), ("head", "")):
+        for revision, frozen in (("0012", True), ("head", False), ("0014", True), ("head", False)):
             if revision == "0014":
                 migrate.downgrade(engine, revision)
             else:
                 migrate.upgrade(engine, revision)
             with engine.connect() as conn:
                 for function, name in names.items():
-                    assert installed_body(conn, function) == body(sql.definition(name + suffix)), revision
+                    expected = sql.frozen(f"{name}_v1") if frozen else sql.definition(name)
+                    assert installed_body(conn, function) == body(expected), revision
         # group commit decides on the head's functions
         with QuotaEngine.from_url(empty_db, batching=True) as ledger:
             ledger.set_limits("root", {"fpga": 10})
@@ -214,39 +264,108 @@ def test_each_revision_keeps_its_set_functions_up_and_down(empty_db: URL) -> Non
         engine.dispose()
 
 
-# What each file held when the revision that installs it was released. A released revision must
-# build the same function forever, so an edit to one of these files would silently change what
-# existing databases would have got: add a revision instead (see quota_ledger/driver/sql).
+def definitions(conn: Connection, functions: list[str]) -> dict[str, str]:
+    return {function: definition_in(conn, "public", function) for function in functions}
+
+
+# a plain reserve of 1 fpga in root.a and its commit, through the guarded functions of 0011 and so
+# through the reserve function of 0013 and the commit function of 0004 that they call
+_TRY_RESERVE = (
+    "SELECT quota_ledger_try_reserve('{id}', 'default', NULL, 'hash', 'root.a', ARRAY['fpga'],"
+    " ARRAY[1]::bigint[], 60000000, NULL, NULL, (SELECT version FROM quota_config_head), 1, 1,"
+    " '{{}}', '{{}}', '{{}}', NULL, NULL, NULL, NULL, NULL, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}')"
+)
+_TRY_COMMIT = "SELECT count(*) FROM quota_ledger_try_commit('{id}', 'op-{id}')"
+
+
+@pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
+def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them_again(
+    empty_db: URL,
+) -> None:
+    retired = sorted(_RETIRED)
+    engine = create_engine(normalize_url(empty_db))
+    try:
+        migrate.upgrade(engine, "0015")
+        with engine.connect() as conn:
+            at_0015 = ledger_functions(conn)
+            released = definitions(conn, retired)
+            kept = definitions(conn, [f for f in at_0015 if f not in _RETIRED])
+            for function, name in _RETIRED.items():
+                assert installed_body(conn, function) == body(sql.frozen(name)), function
+        assert set(retired) <= set(at_0015)
+        migrate.upgrade(engine, "head")
+        with engine.connect() as conn:
+            assert ledger_functions(conn) == [f for f in at_0015 if f not in _RETIRED]
+            assert definitions(conn, list(kept)) == kept
+        migrate.downgrade(engine, "0015")
+        with engine.connect() as conn:
+            # the very functions 0013 and 0011 left: signature, result, settings and body
+            assert ledger_functions(conn) == at_0015
+            assert definitions(conn, retired) == released
+            for function, name in _RETIRED.items():
+                assert installed_body(conn, function) == body(sql.frozen(name)), function
+        # and they work at 0015: a reserve and its commit, each in its own transaction
+        with QuotaEngine.from_url(empty_db) as ledger:
+            ledger.set_limits("root", {"fpga": 10})
+            reservation = uuid.uuid4().hex
+            with engine.begin() as conn:
+                assert conn.execute(text(_TRY_RESERVE.format(id=reservation))).scalar_one() is not None
+            assert ledger.usage("root.a")["fpga"].reserved == 1
+            with engine.begin() as conn:
+                assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 1
+                # a second commit is declined, and the guarded function returns no row
+                assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 0
+            assert ledger.usage("root.a")["fpga"].in_use == 1
+            assert ledger.audit() == []
+        migrate.upgrade(engine, "head")
+        with engine.connect() as conn:
+            assert not set(ledger_functions(conn)) & _RETIRED.keys()
+    finally:
+        engine.dispose()
+
+
+# What each file held when the revision that installs it was released, wherever it is now: the
+# current definitions in quota_ledger/driver/sql, the frozen ones (NAME_vN) in migrations/sql. A
+# released revision must build the same function forever, so an edit to one of these files would
+# silently change what existing databases would have got: add a revision instead (see
+# quota_ledger/driver/sql).
 _RELEASED = {
+    # current
     "check_updated.sql": "1b2915cf8cffac5a",
-    "commit.sql": "74140e964323e54a",
     "commit_many.sql": "41f4e63aa51a62ef",
-    "commit_many_v1.sql": "82852b8da6d9eb78",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
-    "expire_v1.sql": "ceecbe63f8f1d930",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve.sql": "c9a49cb0832ef62a",
-    "reserve_v2.sql": "95b0f62d5927aa9e",
     "reserve_many.sql": "d8b2700bdeceb09d",
+    # frozen
+    "commit_many_v1.sql": "82852b8da6d9eb78",
+    "commit_v1.sql": "74140e964323e54a",  # commit.sql of 0004, dropped by 0016
+    "expire_v1.sql": "ceecbe63f8f1d930",
     "reserve_many_v1.sql": "174a3296b7e4f486",
     "reserve_v1.sql": "36cb63393885e0c5",
-    "try_commit.sql": "bd69858c05afaa00",
-    "try_reserve.sql": "47db5b4af1a49d3f",
+    "reserve_v2.sql": "95b0f62d5927aa9e",
+    "reserve_v3.sql": "c9a49cb0832ef62a",  # reserve.sql of 0013, dropped by 0016
+    "try_commit_v1.sql": "bd69858c05afaa00",  # try_commit.sql of 0011, dropped by 0016
+    "try_reserve_v1.sql": "47db5b4af1a49d3f",  # try_reserve.sql of 0011, dropped by 0016
 }
 
 
-def test_released_function_files_are_never_edited() -> None:
-    folder = resources.files(sql)
-    found = {
-        entry.name: hashlib.sha256(entry.read_bytes()).hexdigest()[:16]
-        for entry in folder.iterdir()
-        if entry.name.endswith(".sql")
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:16] for path in sorted(folder.glob("*.sql"))
     }
+
+
+def test_released_function_files_are_never_edited() -> None:
+    current = _digests(Path(str(resources.files(sql))))
+    frozen = _digests(MIGRATIONS / "sql")
+    assert not current.keys() & frozen.keys()
+    found = {**current, **frozen}
     edited = sorted(name for name, digest in _RELEASED.items() if found.get(name) != digest)
     assert not edited, (
         f"{edited} changed (or vanished) after a revision installed them: copy the old text to "
-        "NAME_vN.sql for the old revisions, install the new text in a new revision, and pin it here"
+        "migrations/sql/NAME_vN.sql for the old revisions, install the new text in a new revision, "
+        "and pin it here"
     )
     unpinned = sorted(found.keys() - _RELEASED.keys())
     assert not unpinned, f"{unpinned} are installed by no released revision yet: pin them here"
