@@ -1,4 +1,10 @@
-"""The ledger's semantics, on every backend (SQLite, PostgreSQL, MariaDB)."""
+"""The ledger's semantics, on every backend (SQLite, PostgreSQL, MariaDB).
+
+The tests of what a reserve, commit or rollback decides (admission, refusals with every limit
+broken, the hierarchy's limits, whole and partial commits, state changes, a late commit) run on
+every decision path (``path_ledger``: each backend, batching off and on, PostgreSQL's functions
+on and off), with ``decide_all`` where requests may be decided together; reads, listings,
+configuration, the audit and the sweep run on each backend (``ledger``)."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from quota_ledger import (
 )
 from quota_ledger.driver.dialect import normalize_url
 from quota_ledger.driver.schema import quota_journal, quota_usages, reservations
+from quota_ledger.model.values import Reservation
 
 GI = 2**30
 
@@ -36,7 +43,8 @@ def count_rows(url: URL, table: object) -> int:
     return int(n)
 
 
-def test_reserve_then_commit_moves_reserved_to_in_use(ledger: QuotaEngine) -> None:
+def test_reserve_then_commit_moves_reserved_to_in_use(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.project-a", {"fpga": 5, "memory": "64Gi", "vcore": "16"})
     r = ledger.reserve("root.project-a", {"fpga": 2, "memory": "4Gi"}, ttl=300, key="req-7f3a")
     assert r.state is ReservationState.PENDING
@@ -59,14 +67,17 @@ def test_expiry_time_is_database_clock_plus_ttl(ledger: QuotaEngine) -> None:
     assert ledger.get(r.id).expires_at == r.expires_at
 
 
-def test_reservation_counts_against_every_limited_ancestor(ledger: QuotaEngine) -> None:
+def test_reservation_counts_against_every_limited_ancestor(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root", {"fpga": 10})
     ledger.set_limits("root.a", {"fpga": 4})
     # Children's maxima may add up to more than the parent's; the parent caps their sum.
     ledger.set_limits("root.a.b", {"fpga": 4})
     ledger.set_limits("root.a.c", {"fpga": 3})
-    ledger.reserve("root.a.b", {"fpga": 3})
-    ledger.reserve("root.a.c", {"fpga": 1})
+    made = ledger.decide_all(
+        [ledger.prepare_reserve("root.a.b", {"fpga": 3}), ledger.prepare_reserve("root.a.c", {"fpga": 1})]
+    )
+    assert all(isinstance(r, Reservation) for r in made)
     with pytest.raises(OverQuota) as refused:
         ledger.reserve("root.a.b", {"fpga": 1})
     assert [(v.scope, v.resource) for v in refused.value.violations] == [("root.a", "fpga")]
@@ -78,7 +89,10 @@ def test_reservation_counts_against_every_limited_ancestor(ledger: QuotaEngine) 
         ledger.reserve("root.z", {"fpga": 1})
 
 
-def test_over_quota_lists_every_broken_limit_and_records_nothing(ledger: QuotaEngine, db_url: URL) -> None:
+def test_over_quota_lists_every_broken_limit_and_records_nothing(
+    path_ledger: QuotaEngine, path_url: URL
+) -> None:
+    ledger, db_url = path_ledger, path_url
     ledger.set_limits("root", {"memory": "8Gi"})
     ledger.set_limits("root.a", {"fpga": 2, "memory": "4Gi"})
     ledger.reserve("root.a", {"fpga": 1, "memory": "3Gi"})
@@ -95,10 +109,11 @@ def test_over_quota_lists_every_broken_limit_and_records_nothing(ledger: QuotaEn
     assert ledger.reserve("root.a", {"fpga": 1}, key="k1").state is ReservationState.PENDING
 
 
-def test_request_landing_exactly_on_the_limit_is_allowed(ledger: QuotaEngine) -> None:
+def test_request_landing_exactly_on_the_limit_is_allowed(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 3})
-    ledger.reserve("root.a", {"fpga": 1})
-    ledger.reserve("root.a", {"fpga": 2})
+    made = ledger.decide_all([ledger.prepare_reserve("root.a", {"fpga": n}) for n in (1, 2, 1)])
+    assert [type(r) for r in made] == [Reservation, Reservation, OverQuota]
     assert ledger.usage("root.a")["fpga"].available == 0
 
 
@@ -144,9 +159,16 @@ def test_commit_twice_returns_the_committed_reservation(ledger: QuotaEngine) -> 
     assert ledger.usage("root.a")["fpga"].in_use == 2
 
 
-def test_wrong_state_transitions_raise_with_the_state(ledger: QuotaEngine) -> None:
+def test_wrong_state_transitions_raise_with_the_state(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     committed = ledger.reserve("root.a", {"fpga": 1})
-    ledger.commit(committed.id)
+    done, refused = ledger.decide_all(
+        [ledger.prepare_commit(committed.id), ledger.prepare_rollback(committed.id)]
+    )
+    assert isinstance(done, Reservation)
+    assert done.state is ReservationState.COMMITTED
+    assert isinstance(refused, ReservationStateError)
+    assert refused.state is ReservationState.COMMITTED
     with pytest.raises(ReservationStateError) as err:
         ledger.rollback(committed.id)
     assert err.value.state is ReservationState.COMMITTED
@@ -159,7 +181,8 @@ def test_wrong_state_transitions_raise_with_the_state(ledger: QuotaEngine) -> No
     assert ledger.usage("root.a")["fpga"] == Usage(in_use=1, reserved=0, limit=None)
 
 
-def test_commit_after_expiry_is_refused_without_a_sweep(ledger: QuotaEngine) -> None:
+def test_commit_after_expiry_is_refused_without_a_sweep(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 1})
     r = ledger.reserve("root.a", {"fpga": 1}, ttl=0.05)
     time.sleep(0.1)
@@ -173,19 +196,27 @@ def test_commit_after_expiry_is_refused_without_a_sweep(ledger: QuotaEngine) -> 
     assert ledger.rollback(r.id).state is ReservationState.EXPIRED
 
 
-def test_partial_commit_releases_the_rest(ledger: QuotaEngine, db_url: URL) -> None:
+def test_partial_commit_releases_the_rest(path_ledger: QuotaEngine, path_url: URL) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 4, "memory": "8Gi"})
     r = ledger.reserve("root.a", {"fpga": 3, "memory": "4Gi"})
-    done = ledger.commit(r.id, {"fpga": 1})
+    whole = ledger.reserve("root.a", {"memory": "1Gi"})
+    done, other = ledger.decide_all(
+        [ledger.prepare_commit(r.id, {"fpga": 1}), ledger.prepare_commit(whole.id)]
+    )
+    assert isinstance(done, Reservation)
+    assert isinstance(other, Reservation)
     assert done.committed == {"fpga": 1, "memory": 0}
+    assert other.committed == {"memory": GI}
     usage = ledger.usage("root.a")
     assert usage["fpga"] == Usage(in_use=1, reserved=0, limit=4)
-    assert usage["memory"] == Usage(in_use=0, reserved=0, limit=8 * GI)
-    assert count_rows(db_url, quota_journal) == 1
+    assert usage["memory"] == Usage(in_use=GI, reserved=0, limit=8 * GI)
+    assert count_rows(path_url, quota_journal) == 2
     assert ledger.audit() == []
 
 
-def test_partial_commit_of_more_than_reserved_changes_nothing(ledger: QuotaEngine) -> None:
+def test_partial_commit_of_more_than_reserved_changes_nothing(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     r = ledger.reserve("root.a", {"fpga": 2})
     with pytest.raises(InvalidCommit):
         ledger.commit(r.id, {"fpga": 3})
