@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from quota_ledger.driver.dialect import build_engine
 from quota_ledger.driver.migrate import VERSION_TABLE
 from quota_ledger.driver.schema import exists_on, metadata
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 config = context.config
 

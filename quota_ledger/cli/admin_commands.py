@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from quota_ledger.cli import help_text, output, views
 from quota_ledger.cli.exit_codes import EXIT_DRIFT, EXIT_ERROR, MEANINGS
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 
 def register_schema(sub: Subcommands, options: SharedOptions) -> None:
@@ -177,7 +177,7 @@ def _sweep(engine: QuotaEngine, args: argparse.Namespace, settings: Settings) ->
     batch = args.batch_size or settings.sweep_batch_size
     rate = settings.sweep_max_rate if args.max_rate is None else args.max_rate
     from quota_ledger.ledger.batches import SetAside
-    from quota_ledger.service import sweeper
+    from quota_ledger.runtime import sweeper
 
     if args.once:
         set_aside = SetAside()

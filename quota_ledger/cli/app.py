@@ -23,7 +23,7 @@ from quota_ledger.model import url_text
 
 if TYPE_CHECKING:
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 __all__ = ["EXIT_DRIFT", "EXIT_ERROR", "EXIT_OVER_QUOTA", "EXIT_USAGE", "console_main", "main"]
 
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace, secrets: set[str], *, collect: bool, freeze: 
 
     from quota_ledger.cli import output
     from quota_ledger.model.errors import ConfigError, OverQuota, QuotaLedgerError
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger("quota_ledger.summary").setLevel(logging.INFO)  # a finished application's line
@@ -140,7 +140,7 @@ def _open(
     args: argparse.Namespace, settings: Settings, url: str | None, token: credentials.BearerToken | None
 ) -> QuotaEngine:
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service import location
+    from quota_ledger.runtime import location
 
     if url:
         from quota_ledger.cli.remote import RemoteEngine

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.config.diff import ConfigDiff, LimitChange, OverLimit
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 #: a FILE argument
 FILE_HELP = "a configuration in YuniKorn's format, YAML or JSON; - reads standard input"

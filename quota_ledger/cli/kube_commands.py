@@ -16,7 +16,7 @@ from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, EXIT_USAGE, MEANINGS
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 
 def _manifest(kind: str) -> str:

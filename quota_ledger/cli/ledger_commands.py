@@ -15,7 +15,7 @@ from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, MEANINGS
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 #: ``RES=QTY`` arguments
 RESOURCES_HELP = (

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
     from quota_ledger.openstack.sync import SyncResult
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 
 def register(sub: Subcommands, options: SharedOptions) -> None:

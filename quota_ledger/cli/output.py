@@ -19,7 +19,7 @@ from quota_ledger.model.quantity import KUBE_CPU_NAMES, format_human
 if TYPE_CHECKING:
     from quota_ledger.model.errors import QuotaLedgerError
     from quota_ledger.model.values import Drift, Reservation, Usage
-    from quota_ledger.service.tokens import Token
+    from quota_ledger.runtime.tokens import Token
 
 USAGE_HEADER = ["RESOURCE", "IN USE", "RESERVED", "LIMIT", "AVAILABLE", "USED", ""]
 

@@ -23,7 +23,7 @@ from quota_ledger.cli import (
     reservation_commands,
     service_commands,
 )
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 if TYPE_CHECKING:
     #: what ``add_subparsers`` returns: each group's ``register`` adds its commands to it

@@ -16,7 +16,7 @@ from quota_ledger.cli import arguments, help_text
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 #: where the Lease lives when neither --lease-namespace nor $POD_NAMESPACE says
 DEFAULT_NAMESPACE = "quota-ledger"

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
     from quota_ledger.model.values import IdleCounter, Reservation
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
 #: rows ``reservations`` prints unless ``--limit`` says otherwise
 DEFAULT_LIMIT = 50

@@ -18,9 +18,9 @@ from quota_ledger.cli.exit_codes import EXIT_ERROR, EXIT_USAGE
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
     from quota_ledger.engine import QuotaEngine
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime.settings import Settings
 
-#: the roles of ``tokens add --role``; quota_ledger.service.tokens.ROLES, which a test holds them to
+#: the roles of ``tokens add --role``; quota_ledger.runtime.tokens.ROLES, which a test holds them to
 #: (that module opens the database: importing it would slow every command's start)
 ROLES = ("reader", "service", "admin", "admission")
 
@@ -263,7 +263,7 @@ def _announce_when_up(scheme: str, host: str, port: int, announcement: str) -> N
 
 
 def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    from quota_ledger.service import tokens
+    from quota_ledger.runtime import tokens
 
     token = tokens.add(
         engine, args.name, args.role, partition=args.partition, queue=args.queue, replace=args.replace
@@ -274,7 +274,7 @@ def _tokens_add(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> 
 
 
 def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    from quota_ledger.service import tokens
+    from quota_ledger.runtime import tokens
 
     found = tokens.listing(engine)
     if args.json:
@@ -289,7 +289,7 @@ def _tokens_list(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _tokens_revoke(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    from quota_ledger.service import tokens
+    from quota_ledger.runtime import tokens
 
     tokens.revoke(engine, args.name)
     print(f"revoked token {args.name}")

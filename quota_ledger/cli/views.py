@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from quota_ledger.ledger.batches import SetAside
     from quota_ledger.model.values import Drift, Usage
 
-# The engine's modules (quota_ledger.service.overview among them) and the service client are
+# The engine's modules (quota_ledger.runtime.overview among them) and the service client are
 # imported by the functions that use them: the command modules import this one, and building the
 # parser must stay cheap.
 
@@ -32,7 +32,7 @@ def _remote(engine: QuotaEngine | RemoteEngine) -> TypeIs[RemoteEngine]:
 
 def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
     """The full reservation id a unique prefix stands for (see :mod:`quota_ledger.model.short_ids`)."""
-    from quota_ledger.service import overview
+    from quota_ledger.runtime import overview
 
     if _remote(engine):
         return short_ids.resolve(text, engine.reservation_ids)
@@ -41,7 +41,7 @@ def full_id(engine: QuotaEngine | RemoteEngine, text: str) -> str:
 
 def queue_tree(engine: QuotaEngine | RemoteEngine, partition: str) -> dict[str, dict[str, Usage]]:
     """Every queue with usage or a limit: its subtree's usage and its own limit."""
-    from quota_ledger.service import overview
+    from quota_ledger.runtime import overview
 
     if _remote(engine):
         return engine.queue_tree(partition)
@@ -55,7 +55,7 @@ def expire_backlog(
     terminal, rounds of one batch per worker so that the bar moves, then a last call that
     sweeps to the end what ran out meanwhile, as the single call would. What cannot be expired
     is left in ``set_aside``, once for every call."""
-    from quota_ledger.service import overview
+    from quota_ledger.runtime import overview
 
     if not progress.wanted():
         return engine.expire(batch_size=batch, workers=workers, max_rate=rate, set_aside=set_aside)

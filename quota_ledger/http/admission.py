@@ -36,8 +36,8 @@ from quota_ledger.model.errors import (
     UnknownResource,
 )
 from quota_ledger.model.values import ReservationState
-from quota_ledger.service.settings import Settings
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.settings import Settings
+from quota_ledger.runtime.tokens import Token
 
 #: seconds the API server waits for a webhook that sets no ``timeoutSeconds``
 DEFAULT_TIMEOUT = 10.0

@@ -17,8 +17,8 @@ from quota_ledger.http.auth import Authenticator
 from quota_ledger.http.browser import Sessions
 from quota_ledger.http.fast_lane import FastLane
 from quota_ledger.http.metrics import Metrics
-from quota_ledger.service import sweeper
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import sweeper
+from quota_ledger.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from quota_ledger.openstack.sync import KeystoneSync

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import access_log, protocol
 from quota_ledger.http.app import create_app
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 
 def create() -> FastAPI:

@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http.browser import OWN_FETCH, Sessions
-from quota_ledger.service import tokens
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.tokens import Token
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="quota-ledger"'}
 #: characters of a token a form or a cookie may present (issued ones are far shorter)

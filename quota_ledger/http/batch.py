@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from quota_ledger.http import errors, ledger_ops, models
 from quota_ledger.http.auth import Authenticator
 from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 #: operations one ``POST /v1/batch`` may carry (422 beyond)
 MAX_OPERATIONS = 1000

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 
 from quota_ledger.http import browser
 from quota_ledger.http.auth import Authenticator
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 ASSETS = "/docs/assets"
 #: Swagger UI's dist files, as the package installs them

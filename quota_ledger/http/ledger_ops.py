@@ -21,7 +21,7 @@ from quota_ledger.http.metrics import Metrics
 from quota_ledger.kube import pods
 from quota_ledger.model.errors import IdempotencyConflict, InvalidRequest, ReservationNotFound
 from quota_ledger.model.values import Reservation
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 _FIELDS = tuple(models.ReservationOut.model_fields)
 

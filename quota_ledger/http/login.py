@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.http import browser
 from quota_ledger.http.auth import MAX_TOKEN, Authenticator
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 _e = html.escape
 #: the fields a sign-in form posts

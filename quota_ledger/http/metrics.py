@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import errors as http_errors
 from quota_ledger.model.errors import OverQuota, QuotaLedgerError
-from quota_ledger.service import overview, sweeper
+from quota_ledger.runtime import overview, sweeper
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: what became of an admission review: a pod CREATE allowed or refused, a dry run (either, and

@@ -12,8 +12,8 @@ from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import CONTENT_TYPE, Metrics
 from quota_ledger.model.errors import QuotaLedgerError
-from quota_ledger.service import sweeper
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime import sweeper
+from quota_ledger.runtime.tokens import Token
 
 
 def build(

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 _REASON = b"Request Header Fields Too Large"
 

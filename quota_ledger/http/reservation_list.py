@@ -14,7 +14,7 @@ from quota_ledger.engine import QuotaEngine
 from quota_ledger.http import models, scoped
 from quota_ledger.http.auth import check_scope
 from quota_ledger.model import listing
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 
 @dataclass(frozen=True, slots=True)

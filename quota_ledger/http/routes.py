@@ -13,8 +13,8 @@ from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
 from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
-from quota_ledger.service import overview
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime import overview
+from quota_ledger.runtime.tokens import Token
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": models.ErrorOut, "description": text}

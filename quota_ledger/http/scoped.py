@@ -28,7 +28,7 @@ from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import InvalidRequest, OverQuota
 from quota_ledger.model.quantity import format_human
 from quota_ledger.model.values import Reservation, Violation
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 #: between a key and its tag in a scoped key
 SEPARATOR = "~"

@@ -29,7 +29,7 @@ from quota_ledger.http import browser, login, models, ui_tables
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.model import history, queues
 from quota_ledger.model.values import Usage
-from quota_ledger.service import overview
+from quota_ledger.runtime import overview
 
 _e = html.escape
 

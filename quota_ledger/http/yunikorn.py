@@ -17,7 +17,7 @@ from quota_ledger.http import models
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.model import queues
 from quota_ledger.model.errors import GroupNotFound, InvalidRequest, UserNotFound
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 USER = re.compile(r"^[_a-zA-Z][a-zA-Z0-9:#/_.@-]*[$]?$")
 GROUP = re.compile(r"^[_a-zA-Z][a-zA-Z0-9:_.-]*$")

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL
 from quota_ledger import QuotaEngine
 from quota_ledger.cli import main
 from quota_ledger.model.short_ids import MIN_PREFIX
-from quota_ledger.service import tokens
+from quota_ledger.runtime import tokens
 
 EXIT_OVER_QUOTA = 3
 CONFIG = """

@@ -72,7 +72,7 @@ for args in (["db", "upgrade"], ["config", "apply", "examples/queues.yaml"], ["u
     assert main(["--db", db, *args]) == 0, args
 from quota_ledger.engine import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 create_app(QuotaEngine.from_url(db), Settings(db=db), sweep=False)
 print("hidden:", sorted(m for m in sys.modules if m.split(".")[0] in HIDDEN))
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quota_ledger.cli.exit_codes import EXIT_ERROR
-from quota_ledger.service.settings import Settings, UnusableSetting
+from quota_ledger.runtime.settings import Settings, UnusableSetting
 
 
 def serve(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:

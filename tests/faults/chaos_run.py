@@ -44,7 +44,7 @@ from chaos_report import FaultRecord, Report, Stats, recovery
 from pg_cluster import PgCluster, free_port
 
 from quota_ledger import DatabaseUnavailable, QuotaEngine
-from quota_ledger.service import tokens
+from quota_ledger.runtime import tokens
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from pg_cluster import PgCluster
 from quota_ledger import DatabaseUnavailable, QuotaEngine
 from quota_ledger.cli import app as cli
 from quota_ledger.http.app import create_app
-from quota_ledger.service import overview, sweeper, tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import overview, sweeper, tokens
+from quota_ledger.runtime.settings import Settings
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
 QUOTA = {

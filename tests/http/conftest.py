@@ -11,8 +11,8 @@ from sqlalchemy.engine import URL
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.settings import Settings
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from http_support import Service, sign_in
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.settings import Settings
 
 TEXT_LINE = (
     r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1 GET /v1/limits 200 \d+\.\dms token=test-reader$"

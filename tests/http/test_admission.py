@@ -31,8 +31,8 @@ from quota_ledger.driver.schema import metadata
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.http import protocol
 from quota_ledger.http.app import create_app
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.settings import Settings
 
 NAMESPACE = "team"
 CONTROLLER = "system:serviceaccount:yunikorn:yunikorn-admission-controller"

@@ -8,7 +8,7 @@ import pytest
 from http_support import Service
 from sqlalchemy import text
 
-from quota_ledger.service import tokens
+from quota_ledger.runtime import tokens
 
 ZERO_ID = "00000000-0000-0000-0000-000000000000"
 QUOTA = {

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from http_support import in_thread
 
 from quota_ledger.http import protocol
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 MAX_BYTES = 8192
 MAX_HEADERS = 20

@@ -16,8 +16,8 @@ from http_support import Service, sign_in
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.settings import Settings
 
 OWN = {"Sec-Fetch-Site": "same-origin"}
 

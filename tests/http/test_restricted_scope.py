@@ -12,7 +12,7 @@ from http_support import Service
 from test_cli_remote import cli
 
 from quota_ledger.model.errors import ReservationNotFound
-from quota_ledger.service import tokens
+from quota_ledger.runtime import tokens
 
 ANCESTOR_LIMITED = """
 partitions:

@@ -19,8 +19,8 @@ from http_support import Service, in_thread
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
 from quota_ledger.model.errors import QuotaLedgerError
-from quota_ledger.service import tokens
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime import tokens
+from quota_ledger.runtime.settings import Settings
 
 #: 16 levels under a subtree the token is held to, 64 resources (the bound) and a user
 DEEP = "root.dev." + ".".join(f"l{i}" for i in range(14))

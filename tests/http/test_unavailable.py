@@ -8,7 +8,7 @@ from http_support import in_thread
 
 from quota_ledger import QuotaEngine
 from quota_ledger.http.app import create_app
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 
 def test_a_dead_database_gives_503_with_retry_after() -> None:

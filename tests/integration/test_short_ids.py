@@ -7,7 +7,7 @@ import pytest
 from quota_ledger import QuotaEngine
 from quota_ledger.model import short_ids
 from quota_ledger.model.errors import AmbiguousReservationId, ReservationIdTooShort, ReservationNotFound
-from quota_ledger.service import overview
+from quota_ledger.runtime import overview
 
 
 def test_the_prefix_lookup_finds_exactly_the_ids_that_start_with_it(ledger: QuotaEngine) -> None:

@@ -16,7 +16,7 @@ from quota_ledger import InvalidRequest, QuotaEngine
 from quota_ledger.driver import history as statements
 from quota_ledger.driver.schema import quota_journal, reservations
 from quota_ledger.model.history import UsageHistory
-from quota_ledger.service import overview
+from quota_ledger.runtime import overview
 
 CORE = 1000  # vcore is counted in milli-cores
 

@@ -305,8 +305,8 @@ def test_the_service_runs_the_sync_and_serves_the_age_of_the_limits(
     from fastapi.testclient import TestClient
 
     from quota_ledger.http.app import create_app
-    from quota_ledger.service import tokens
-    from quota_ledger.service.settings import Settings
+    from quota_ledger.runtime import tokens
+    from quota_ledger.runtime.settings import Settings
 
     project = flat.project()
     flat.registered("servers", 4)

@@ -107,6 +107,6 @@ def test_the_top_help_lists_every_global_option_once() -> None:
 
 
 def test_the_token_roles_are_those_the_service_knows() -> None:
-    from quota_ledger.service import tokens
+    from quota_ledger.runtime import tokens
 
     assert service_commands.ROLES == tokens.ROLES

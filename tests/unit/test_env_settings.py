@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from quota_ledger.reconciler.settings import ReconcilerSettings
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,7 @@ def test_the_reconciler_reads_its_own_prefix(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_reading_the_settings_does_not_load_pydantic_settings() -> None:
     probe = (
-        "import sys\nfrom quota_ledger.service.settings import Settings\nSettings(db='sqlite://')\n"
+        "import sys\nfrom quota_ledger.runtime.settings import Settings\nSettings(db='sqlite://')\n"
         "print('pydantic_settings' in sys.modules)"
     )
     found = subprocess.run(

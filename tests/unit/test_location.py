@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from quota_ledger import InvalidRequest, LedgerMissing
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 
 def test_the_default_ledger_is_in_the_xdg_data_directory() -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from quota_ledger.http import scoped
 from quota_ledger.model.errors import OverQuota
 from quota_ledger.model.values import Reservation, ReservationState, Violation
-from quota_ledger.service.tokens import Token
+from quota_ledger.runtime.tokens import Token
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TEAM = Token("team", "service", queue="root.a")

@@ -9,7 +9,7 @@ import pytest
 
 from quota_ledger.http import admission, app, batch
 from quota_ledger.model import validation
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 #: the settings that bound a request, a connection or what one caller may hold

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from quota_ledger import QuotaEngine
 from quota_ledger.cli import parser
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 
 def test_the_service_batches_by_default() -> None:

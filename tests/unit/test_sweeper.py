@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from quota_ledger.model.errors import QuotaLedgerError
-from quota_ledger.service import sweeper
+from quota_ledger.runtime import sweeper
 
 
 class Backlog:

@@ -12,7 +12,7 @@ from sqlalchemy import exc
 
 from quota_ledger import InvalidRequest, QuotaEngine
 from quota_ledger.driver import dialect, topology
-from quota_ledger.service.settings import Settings
+from quota_ledger.runtime.settings import Settings
 
 
 def _pymysql_error(errno: int, sqlstate: str, message: str) -> exc.DBAPIError:

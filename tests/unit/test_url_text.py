@@ -8,7 +8,7 @@ import pytest
 from quota_ledger.driver import dialect
 from quota_ledger.model import url_text
 from quota_ledger.model.errors import InvalidRequest
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 SECRET = "s3cr3tpw"
 

@@ -167,7 +167,7 @@ def run(cfg: Config) -> dict[str, Any]:
             engine.migrate()
             for i in range(NAMESPACES):
                 engine.apply_resource_quota(resource_quota(f"team{i:02d}"))
-            from quota_ledger.service import overview, tokens
+            from quota_ledger.runtime import overview, tokens
 
             token = tokens.add(engine, "bench-admission", "admission")
             # A ttl longer than any run, and no sweeper: every admitted pod is still pending at the end.

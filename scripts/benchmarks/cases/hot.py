@@ -139,7 +139,7 @@ def run(cfg: Config) -> dict[str, Any]:
         engine = QuotaEngine.from_url(db_url, pool_size=2)
         try:
             setup_engine(engine, 1)
-            from quota_ledger.service import tokens
+            from quota_ledger.runtime import tokens
 
             token = tokens.add(engine, "bench", "service")
         finally:

@@ -197,7 +197,7 @@ def run(cfg: Config) -> dict[str, Any]:
         stack = ExitStack()
         try:
             setup_engine(engine, scopes)
-            from quota_ledger.service import tokens
+            from quota_ledger.runtime import tokens
 
             token = tokens.add(engine, "bench", "service")
             base = stack.enter_context(service_process(db_url, cfg.http_workers))

@@ -10,7 +10,7 @@ from pydantic import Field
 from quota_ledger.env_settings import EnvSettings
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
-from quota_ledger.service import location
+from quota_ledger.runtime import location
 
 
 class UnusableSetting(InvalidRequest):
