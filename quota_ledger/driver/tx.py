@@ -26,7 +26,7 @@ meanwhile. On PostgreSQL the locks of the first statement are let go first (roll
 savepoint), so that the inserts come before every counter lock and two first uses cannot
 deadlock; on MariaDB they stay held, and a deadlock with another first use is retried. A
 refusal rolls the inserts back with the rest. The PostgreSQL reserve function
-(``sql/reserve.sql``) makes the same rows in its one statement: after the application rows
+(``sql/reserve_many.sql``) makes the same rows in its one call: after the application rows
 (its own, then those of a user or group whose counters it creates, which value them), it
 inserts every missing queue and user/group counter before it locks any counter.
 """

@@ -332,11 +332,11 @@ def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them
 _RELEASED = {
     # current
     "check_updated.sql": "1b2915cf8cffac5a",
-    "commit_many.sql": "41f4e63aa51a62ef",
+    "commit_many.sql": "43245f16234dabbf",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve_many.sql": "d8b2700bdeceb09d",
+    "reserve_many.sql": "9fa8bbcf448e8b02",
     # frozen
     "commit_many_v1.sql": "82852b8da6d9eb78",
     "commit_v1.sql": "74140e964323e54a",  # commit.sql of 0004, dropped by 0016

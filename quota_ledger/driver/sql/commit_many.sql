@@ -1,5 +1,5 @@
 -- quota_ledger_commit_many(ids, operation ids, guard): commits pending reservations whole, and
--- leaves exactly the rows quota_ledger_commit would leave committing them one after another in
+-- leaves exactly the rows the general path would leave committing them one after another in
 -- call order at one instant, with one statement per step for all of them: their states and
 -- items, their journal rows, every counter (reserved -> in_use, each counter once with the sum)
 -- and, for the tracked ones (a user or an application), each application row once (its in-use
@@ -7,9 +7,9 @@
 -- identity counters on the lineage of its user and group. Declined, and left to the caller
 -- alone: an id that is not a pending reservation in time, a repeat of an id already in the
 -- call, one with nothing reserved, a tracked one whose application row is missing (without
--- p_guard that aborts the call with QL001, as quota_ledger_commit does), and every one when a
--- counter or an application's usage would pass the bigint limit. Returns quota_ledger_commit's
--- row and idx (1-based) for each committed reservation.
+-- p_guard that aborts the call with QL001), and every one when a counter or an application's
+-- usage would pass the bigint limit. Returns the committed reservation's row and idx (1-based)
+-- for each committed reservation.
 -- Locks the reservation rows in byte order of their ids; then the application rows by
 -- (partition, app_key); then the counters, each looked up by its whole unique key in byte order:
 -- the queues' own counters, the subtree counters of their lineages (by partition, scope,
@@ -20,7 +20,7 @@ RETURNS TABLE ("partition" text, "key" text, queue text, user_name text, "groups
                application text, priority_class text, created_at timestamp, expires_at timestamp,
                resolved_at timestamp, resources text[], amounts bigint[], idx integer)
 LANGUAGE plpgsql
-SET enable_seqscan = off  -- lookups by key only (see quota_ledger_reserve)
+SET enable_seqscan = off  -- lookups by key only: a plan cached while a table was small must not scan it
 SET plan_cache_mode = force_generic_plan  -- planned once per connection (see below)
 AS $$
 DECLARE
@@ -162,7 +162,7 @@ BEGIN
         LIMIT 1 FOR UPDATE) AS c;
     IF v_app_keys IS NOT NULL THEN
         -- the users' and the applications' groups' counters on the lineage (as named by the
-        -- application row, as quota_ledger_commit does)
+        -- application row, as the general path does)
         SELECT v_broken + count(*) FILTER (WHERE c.in_use::numeric + w.amount > 9223372036854775807),
                array_agg(c.ctid), array_agg(w.amount)
         INTO v_broken, v_id_tids, v_id_deltas

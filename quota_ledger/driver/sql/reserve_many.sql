@@ -1,10 +1,10 @@
--- quota_ledger_reserve_many(...): reservations of one partition decided together, as
--- quota_ledger_reserve would decide them one after another in the order given, with one
--- statement per step for all of them. Request i (1-based) has the items, user/group counters and
--- ResourceQuota charges whose owner is i, and, when tracked, its user, application, app_key and
--- group (as quota_ledger_reserve takes them). A first use creates what it needs as
--- quota_ledger_reserve does: a queue's counters, a new application's row (the request that
--- starts it counts against every maxapplications of its lineage and of its user and group) and
+-- quota_ledger_reserve_many(...): reservations of one partition decided together, as the
+-- ledger's general path (its rule) would decide them one after another in the order given, with
+-- one statement per step for all of them, for any number of requests, one included. Request i
+-- (1-based) has the items, user/group counters and ResourceQuota charges whose owner is i, and,
+-- when tracked, its user, application, app_key and group. A first use creates what it needs as
+-- the general path does: a queue's counters, a new application's row (the request that starts
+-- it counts against every maxapplications of its lineage and of its user and group) and
 -- a user's or group's copies of a wildcard limit, valued from its application rows as they were
 -- before the call. Set aside (declined) are: a request whose id or key exists, that names a
 -- resource the partition names nowhere yet, whose application row is not running or not the
@@ -35,7 +35,7 @@ CREATE OR REPLACE FUNCTION quota_ledger_reserve_many(
     p_quota_owners integer[], p_quota_names text[], p_quota_resources text[], p_quota_amounts bigint[]
 ) RETURNS TABLE (created_at timestamp, idx integer)
 LANGUAGE plpgsql
-SET enable_seqscan = off  -- lookups by key only (see quota_ledger_reserve)
+SET enable_seqscan = off  -- lookups by key only: a plan cached while a table was small must not scan it
 SET plan_cache_mode = force_generic_plan  -- planned once per connection (see below)
 AS $$
 DECLARE
