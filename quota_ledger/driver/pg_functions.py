@@ -131,7 +131,7 @@ def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | Non
 def reserve_params(
     request: ReserveRequest, version: int, charges: Sequence[tuple[str, str, int]], identity: Identity
 ) -> dict[str, Any]:
-    """The arguments of ``ledger_reserve`` for ``request`` under configuration ``version``,
+    """``request``'s part of a ``quota_ledger_reserve_many`` call under configuration ``version``,
     charged to the ResourceQuota counters ``charges`` names and the counters of ``identity``."""
     resources = request.resources
     names = sorted(resources)

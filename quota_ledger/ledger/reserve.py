@@ -1,14 +1,13 @@
 """Reserve: one transaction that checks every limit on the way to root and holds the request.
 
-Two paths, one outcome. On PostgreSQL a reservation is one call of the server function
-``quota_ledger_reserve`` (migrations 0004 and 0010): which ResourceQuotas it is charged to, its
-group and the user/group counters that enforce it (with the limits a missing one is created
-with) are decided here from the configuration the engine last compiled, and the function
-checks under the partition lock that this configuration is still in force and that the
-application row is as expected (running, or new: then it starts it). It creates what a first
-use needs as the general path does. Anything it declines (a refusal, a finished application,
-a resource new to the partition...) and every reservation on the other engines takes the
-general path, a transaction of steps on :class:`LedgerTx`.
+The general path (:func:`general`, a transaction of steps on :class:`LedgerTx`) locks the
+counters a request is charged to and asks the rule (:mod:`quota_ledger.model.charges`). On
+PostgreSQL ``quota_ledger_reserve_many`` may decide first, for the request alone or with its
+batch: which ResourceQuotas it is charged to, its group and the user/group counters that
+enforce it (with the limits a missing one is created with) are decided here from the
+configuration the engine last compiled (:func:`function_params`), and the function checks
+under the partition lock that this configuration is still in force. What it declines (listed
+in :mod:`quota_ledger.driver.pg_functions`), the general path decides.
 
 The general path creates the counters it needs in its own transaction, in the lock order of
 :mod:`quota_ledger.driver.tx`: the queue counters after locking those that exist, the

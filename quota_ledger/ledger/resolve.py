@@ -1,10 +1,11 @@
 """Commit and rollback: resolving a pending reservation, exactly once.
 
-Commit has two paths with one outcome: on PostgreSQL a whole commit is one call of the server
-function ``ledger_commit`` (migration 0004), which declines whatever it does not cover (a
-reservation not found, not pending, past its expiry, or without its application row); the
-general path, a transaction of steps on :class:`LedgerTx`, then says which. Rollback, partial
-commits and every commit on the other engines take the general path.
+The general path (:func:`commit_general`, :func:`rollback`, a transaction of steps on
+:class:`LedgerTx`) locks the reservation and its counters and asks the rule
+(:mod:`quota_ledger.model.charges`) for the deltas. On PostgreSQL a whole commit may be decided
+first by ``quota_ledger_commit_many``, alone or with its batch's whole commits; what it declines
+(a reservation not found, not pending, past its expiry, or without its application row), the
+general path decides and says which. Rollbacks and partial commits take the general path.
 
 A pending reservation's own rows are written first, then its application row, then the shared
 counters in the canonical lock order (see :mod:`quota_ledger.driver.tx`).
