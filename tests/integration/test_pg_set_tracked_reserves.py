@@ -127,15 +127,18 @@ def build(engine: QuotaEngine, partition: str, wanted: Mapping[str, Any]) -> dic
 
 
 def as_a_batch(engine: QuotaEngine, calls: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-    """Reserve as a batch does: the set call, then each request it declined by its own call.
-    The places (1-based) the set call admitted, and those admitted in all."""
-    made = pg_functions.reserve_many(calls)
-    answer = engine.driver.call(made.sql, made.params)
-    assert answer is not None, "a set function never declines the whole call"
-    together = sorted(row.idx for row in answer)
-    alone = [
-        n for n, c in enumerate(calls, 1) if n not in together and engine.driver.call(pg_functions.RESERVE, c)
-    ]
+    """Reserve as a batch then its requests alone do: the set call, then each request it
+    declined by a call of its own. The places (1-based) the set call admitted, and those
+    admitted in all."""
+
+    def call(of: list[dict[str, Any]]) -> list[Any]:
+        made = pg_functions.reserve_many(of)
+        answer = engine.driver.call(made.sql, made.params)
+        assert answer is not None, "a set function never declines the whole call"
+        return answer
+
+    together = sorted(row.idx for row in call(calls))
+    alone = [n for n, c in enumerate(calls, 1) if n not in together and call([c])]
     return together, sorted(together + alone)
 
 
