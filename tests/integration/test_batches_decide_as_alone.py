@@ -4,9 +4,10 @@
 are decided in one batch (as sets on MariaDB and SQLite, by the set functions on PostgreSQL
 with its functions, by their steps in one transaction without them); without, one after another.
 Either way each must get the outcome it would have had alone, in the batch's order (the
-requests of one queue together), and leave the rows it would have left: a test decides the
-same requests one at a time in a twin partition of the same database and compares every row,
-and checks what the rule says they must be.
+requests of one queue together; "in some order": a keyed request may come after the keyless
+ones of its queue), and leave the rows it would have left. Every test checks the outcomes and
+figures the limits allow; the first also decides the same requests one at a time in a twin
+partition of the same database and compares every row the two leave.
 """
 
 from __future__ import annotations

@@ -85,7 +85,6 @@ COMMITS = """
       - name: lab
     - name: plain
 """
-RESERVE_SCENARIOS = ("first", "oneapp", "refused", "maxapps", "userlimit", "finished", "pods")
 COMMIT_SCENARIOS = ("commits", "overflow")
 
 
@@ -93,11 +92,21 @@ def twins(scenario: str) -> tuple[str, str]:
     return f"{scenario}-together", f"{scenario}-alone"
 
 
-CONFIG = "partitions:" + "".join(
-    [RESERVES.format(name=p) for s in RESERVE_SCENARIOS for p in twins(s)]
-    + [COMMITS.format(name=p) for s in COMMIT_SCENARIOS for p in twins(s)]
-    + [RESERVES.format(name="apps"), COMMITS.format(name="busy")]
-)
+#: the partitions of one engine each, for the threads
+SINGLE = {"apps": RESERVES, "busy": COMMITS}
+
+
+def configured(engine: QuotaEngine, *scenarios: str) -> QuotaEngine:
+    """``engine`` with the partitions of ``scenarios`` configured: the twins of each, or one."""
+    partitions: list[str] = []
+    for scenario in scenarios:
+        if scenario in SINGLE:
+            partitions.append(SINGLE[scenario].format(name=scenario))
+        else:
+            template = COMMITS if scenario in COMMIT_SCENARIOS else RESERVES
+            partitions.extend(template.format(name=partition) for partition in twins(scenario))
+    engine.apply_config("partitions:" + "".join(partitions))
+    return engine
 
 
 class DecisionPath(Protocol):
@@ -114,12 +123,6 @@ def no_batch_fails(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """No set or batch failed and was decided again one request at a time."""
     yield
     assert not [r.getMessage() for r in caplog.get_records("call") if r.name == "quota_ledger.group_commit"]
-
-
-@pytest.fixture
-def ledger(path_ledger: QuotaEngine) -> QuotaEngine:
-    path_ledger.apply_config(CONFIG)
-    return path_ledger
 
 
 def warm(engine: QuotaEngine, scenario: str) -> None:
@@ -180,8 +183,9 @@ def same_rows(
 
 # -- reserves ----------------------------------------------------------------------------------
 def test_first_uses_of_queues_applications_users_and_groups_decided_together(
-    ledger: QuotaEngine, path_url: URL
+    path_ledger: QuotaEngine, path_url: URL
 ) -> None:
+    ledger = configured(path_ledger, "first", "oneapp")
     warm(ledger, "first")
     for partition in twins("first"):  # a running application of ann's with a commit, and one of bob's
         kept = ledger.reserve(
@@ -247,8 +251,9 @@ def test_first_uses_of_queues_applications_users_and_groups_decided_together(
 
 
 def test_tracked_requests_decided_together_are_admitted_exactly_as_the_limits_allow(
-    ledger: QuotaEngine, path_url: URL
+    path_ledger: QuotaEngine, path_url: URL
 ) -> None:
+    ledger = configured(path_ledger, "refused", "maxapps", "userlimit")
     # a refused first use in the middle leaves nothing, and the rest are decided
     warm(ledger, "refused")
     wanted = [
@@ -335,8 +340,9 @@ def kube_pod(uid: str, *, user: str, application: str, priority: str = "high") -
 
 
 def test_finished_foreign_and_new_resource_requests_and_pods_decided_together(
-    ledger: QuotaEngine, path_url: URL
+    path_ledger: QuotaEngine, path_url: URL
 ) -> None:
+    ledger = configured(path_ledger, "finished", "pods")
     warm(ledger, "finished")
     for partition in twins("finished"):
         held = ledger.reserve(
@@ -508,8 +514,9 @@ def commit(engine: QuotaEngine, partition: str, made: Sequence[Reservation]) -> 
 
 
 def test_tracked_commits_decided_together_leave_the_rows_of_commits_one_at_a_time(
-    ledger: QuotaEngine, path_url: URL
+    path_ledger: QuotaEngine, path_url: URL
 ) -> None:
+    ledger = configured(path_ledger, *COMMIT_SCENARIOS)
     made = {partition: reserve_all(ledger, partition) for s in COMMIT_SCENARIOS for partition in twins(s)}
     five_seconds_ago(ledger)
     together, alone = twins("commits")
@@ -661,8 +668,9 @@ def starting_applications(engines: Sequence[QuotaEngine], batching: bool) -> Non
 
 
 def test_threads_deciding_tracked_requests_end_exact(
-    ledger: QuotaEngine, path_url: URL, decision_path: DecisionPath
+    path_ledger: QuotaEngine, path_url: URL, decision_path: DecisionPath
 ) -> None:
+    ledger = configured(path_ledger, "apps", "busy")
     reserving_and_committing(ledger, path_url, decision_path.batching)
     other = decision_path.engine(path_url, pool_size=8)
     try:
