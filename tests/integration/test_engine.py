@@ -1,10 +1,11 @@
 """The ledger's semantics, on every backend (SQLite, PostgreSQL, MariaDB).
 
-The tests of what a reserve, commit or rollback decides (admission, refusals with every limit
-broken, the hierarchy's limits, whole and partial commits, state changes, a late commit) run on
-every decision path (``path_ledger``: each backend, batching off and on, PostgreSQL's functions
-on and off), with ``decide_all`` where requests may be decided together; reads, listings,
-configuration, the audit and the sweep run on each backend (``ledger``)."""
+The tests of what a reserve, commit, rollback, release or expiry decides (admission, refusals
+with every limit broken, the hierarchy's limits, keys, whole and partial commits, state changes,
+a late commit, the sweep) run on every decision path (``path_ledger``: each backend, batching
+off and on, PostgreSQL's functions on and off), with ``decide_all`` where requests may be
+decided together; reads, configuration, argument checks made before anything is decided, the
+audit and the constraints run on each backend (``ledger``)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def test_reserve_then_commit_moves_reserved_to_in_use(path_ledger: QuotaEngine) 
     assert usage["fpga"].available == 3
 
 
-def test_expiry_time_is_database_clock_plus_ttl(ledger: QuotaEngine) -> None:
+def test_expiry_time_is_database_clock_plus_ttl(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     r = ledger.reserve("root.a", {"fpga": 1}, ttl=120)
     assert r.expires_at - r.created_at == timedelta(seconds=120)
     assert r.expires_at.tzinfo is not None
@@ -117,7 +119,8 @@ def test_request_landing_exactly_on_the_limit_is_allowed(path_ledger: QuotaEngin
     assert ledger.usage("root.a")["fpga"].available == 0
 
 
-def test_zero_limit_blocks_and_missing_limit_is_unlimited(ledger: QuotaEngine) -> None:
+def test_zero_limit_blocks_and_missing_limit_is_unlimited(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 0})
     with pytest.raises(OverQuota):
         ledger.reserve("root.a", {"fpga": 1})
@@ -125,9 +128,18 @@ def test_zero_limit_blocks_and_missing_limit_is_unlimited(ledger: QuotaEngine) -
     assert big.resources == {"memory": 2**60}
 
 
-def test_same_key_same_request_returns_the_original_whatever_its_state(ledger: QuotaEngine) -> None:
-    first = ledger.reserve("root.a", {"fpga": 1, "memory": "1Gi"}, key="req-1", user="sue")
-    again = ledger.reserve("root.a", {"memory": "1024Mi", "fpga": "1"}, key="req-1", user="sue", ttl=5)
+def test_same_key_same_request_returns_the_original_whatever_its_state(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
+    first, again = ledger.decide_all(
+        [
+            ledger.prepare_reserve("root.a", {"fpga": 1, "memory": "1Gi"}, key="req-1", user="sue"),
+            ledger.prepare_reserve(
+                "root.a", {"memory": "1024Mi", "fpga": "1"}, key="req-1", user="sue", ttl=5
+            ),
+        ]
+    )
+    assert isinstance(first, Reservation)
+    assert isinstance(again, Reservation)
     assert again.id == first.id
     ledger.commit(first.id)
     after_commit = ledger.reserve("root.a", {"fpga": 1, "memory": "1Gi"}, key="req-1", user="sue")
@@ -136,7 +148,8 @@ def test_same_key_same_request_returns_the_original_whatever_its_state(ledger: Q
     assert ledger.usage("root.a")["fpga"] == Usage(in_use=1, reserved=0, limit=None)
 
 
-def test_same_key_different_request_is_a_conflict(ledger: QuotaEngine) -> None:
+def test_same_key_different_request_is_a_conflict(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     first = ledger.reserve("root.a", {"fpga": 1}, key="req-1")
     with pytest.raises(IdempotencyConflict) as conflict:
         ledger.reserve("root.a", {"fpga": 2}, key="req-1")
@@ -151,11 +164,12 @@ def test_same_key_different_request_is_a_conflict(ledger: QuotaEngine) -> None:
     assert ledger.usage("root.a")["fpga"].reserved == 1
 
 
-def test_commit_twice_returns_the_committed_reservation(ledger: QuotaEngine) -> None:
+def test_commit_twice_returns_the_committed_reservation(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     r = ledger.reserve("root.a", {"fpga": 2})
-    one = ledger.commit(r.id)
-    two = ledger.commit(r.id)
-    assert one == two
+    one, two = ledger.decide_all([ledger.prepare_commit(r.id), ledger.prepare_commit(r.id)])
+    assert isinstance(one, Reservation)
+    assert one == two == ledger.commit(r.id)
     assert ledger.usage("root.a")["fpga"].in_use == 2
 
 
@@ -226,13 +240,18 @@ def test_partial_commit_of_more_than_reserved_changes_nothing(path_ledger: Quota
     assert ledger.usage("root.a")["fpga"] == Usage(in_use=0, reserved=2, limit=None)
 
 
-def test_unknown_reservation_id_raises_not_found(ledger: QuotaEngine) -> None:
+def test_unknown_reservation_id_raises_not_found(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
+    unknown = "00000000-0000-0000-0000-000000000000"
     for call in (ledger.commit, ledger.rollback, ledger.get):
         with pytest.raises(ReservationNotFound):
-            call("00000000-0000-0000-0000-000000000000")
+            call(unknown)
+    decided = ledger.decide_all([ledger.prepare_commit(unknown), ledger.prepare_rollback(unknown)])
+    assert [type(o) for o in decided] == [ReservationNotFound, ReservationNotFound]
 
 
-def test_release_is_never_refused_for_being_over_a_lowered_limit(ledger: QuotaEngine) -> None:
+def test_release_is_never_refused_for_being_over_a_lowered_limit(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 4})
     ledger.commit(ledger.reserve("root.a", {"fpga": 4}).id)
     ledger.set_limits("root.a", {"fpga": 1})
@@ -245,7 +264,8 @@ def test_release_is_never_refused_for_being_over_a_lowered_limit(ledger: QuotaEn
     ledger.reserve("root.a", {"fpga": 1})
 
 
-def test_release_of_more_than_in_use_changes_nothing(ledger: QuotaEngine) -> None:
+def test_release_of_more_than_in_use_changes_nothing(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.commit(ledger.reserve("root.a.b", {"fpga": 2, "memory": "1Gi"}).id)
     with pytest.raises(UsageUnderflow) as err:
         ledger.release("root.a.b", {"fpga": 1, "memory": "2Gi"})
@@ -258,7 +278,8 @@ def test_release_of_more_than_in_use_changes_nothing(ledger: QuotaEngine) -> Non
     assert ledger.usage("root.a")["memory"].in_use == GI
 
 
-def test_expire_sweeps_only_expired_reservations_in_batches(ledger: QuotaEngine) -> None:
+def test_expire_sweeps_only_expired_reservations_in_batches(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root", {"fpga": 100})
     short = [ledger.reserve(f"root.q{i % 3}", {"fpga": 1}, ttl=0.05) for i in range(7)]
     keep = ledger.reserve("root.q0", {"fpga": 5}, ttl=600)
@@ -271,7 +292,8 @@ def test_expire_sweeps_only_expired_reservations_in_batches(ledger: QuotaEngine)
     assert ledger.audit() == []
 
 
-def test_expire_with_max_batches_stops_early_and_loses_nothing(ledger: QuotaEngine) -> None:
+def test_expire_with_max_batches_stops_early_and_loses_nothing(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     for _ in range(5):
         ledger.reserve("root.q", {"fpga": 1}, ttl=0.05)
     time.sleep(0.1)
@@ -281,7 +303,8 @@ def test_expire_with_max_batches_stops_early_and_loses_nothing(ledger: QuotaEngi
     assert ledger.usage("root")["fpga"].reserved == 0
 
 
-def test_expire_with_max_rate_paces_the_batches_and_sweeps_them_all(ledger: QuotaEngine) -> None:
+def test_expire_with_max_rate_paces_the_batches_and_sweeps_them_all(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     for _ in range(6):
         ledger.reserve("root.q", {"fpga": 1}, ttl=0.05)
     time.sleep(0.1)
@@ -309,7 +332,8 @@ def test_set_limits_none_removes_one_limit_and_leaves_the_others(ledger: QuotaEn
     ledger.reserve("root.a", {"fpga": 10})
 
 
-def test_new_limit_counts_usage_already_in_its_subtree(ledger: QuotaEngine) -> None:
+def test_new_limit_counts_usage_already_in_its_subtree(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.commit(ledger.reserve("root.a.x", {"fpga": 2}).id)
     ledger.reserve("root.a.y", {"fpga": 1})
     ledger.reserve("root.ab", {"fpga": 7})  # not below root.a
@@ -336,7 +360,8 @@ def test_usage_reports_the_whole_subtree_and_nothing_beside_it(ledger: QuotaEngi
     assert ledger.usage("root.nothing") == {}
 
 
-def test_partitions_are_isolated(ledger: QuotaEngine) -> None:
+def test_partitions_are_isolated(path_ledger: QuotaEngine) -> None:
+    ledger = path_ledger
     ledger.set_limits("root.a", {"fpga": 1}, partition="gpu")
     ledger.reserve("root.a", {"fpga": 5})
     ledger.reserve("root.a", {"fpga": 1}, partition="gpu")
