@@ -190,13 +190,3 @@ def charges(app: AppState, counters: Iterable[Counter]) -> list[Counter]:
         if c.scope in chain
         and ((c.scope_type == USER and c.name == app.user) or (c.scope_type == GROUP and c.name == app.group))
     ]
-
-
-def add_delta(deltas: dict[int, tuple[int, int]], counter: Counter, in_use: int, reserved: int) -> None:
-    have = deltas.get(counter.id, (0, 0))
-    deltas[counter.id] = (have[0] + in_use, have[1] + reserved)
-
-
-def app_delta(counter: Counter, stopped: bool) -> tuple[int, int]:
-    """A stopping application's change on an ``applications`` counter."""
-    return (-1, 0) if stopped and counter.resource == APPLICATIONS else (0, 0)

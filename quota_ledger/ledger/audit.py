@@ -26,9 +26,8 @@ from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.resource_quotas import QUOTA
 from quota_ledger.model import drift, queues
-from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
+from quota_ledger.model.counters import QUEUE, QUOTA, SUBTREE, Counter
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Drift

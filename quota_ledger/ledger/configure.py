@@ -24,7 +24,7 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import reads, resource_quotas
 from quota_ledger.ledger.compiled import compile_stored
 from quota_ledger.model import queues, validation
-from quota_ledger.model.counters import QUEUE, SUBTREE
+from quota_ledger.model.counters import QUEUE, QUOTA, SUBTREE
 from quota_ledger.model.errors import ConfigError, InvalidRequest, RemovesAllLimits
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.values import ConfigProblem
@@ -152,7 +152,7 @@ def apply(
         tx.lock_partition(name, exclusive=True)
     for name in names:
         partition_rules = rules.partition(name)
-        old = tx.identity_counters(name, lock=False, kinds=[resource_quotas.QUOTA])
+        old = tx.identity_counters(name, lock=False, kinds=[QUOTA])
         live = tx.live_reservations(name, resource_quotas.queues_to_lock(partition_rules, old), lock=True)
         reconcile(tx, partition_rules, now)
         resource_quotas.reconcile(tx, partition_rules, live, now)

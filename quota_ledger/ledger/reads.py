@@ -14,9 +14,8 @@ from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver import listing
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import quotas as kube_quotas
-from quota_ledger.ledger import resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.model.counters import QUEUE, SUBTREE
+from quota_ledger.model.counters import QUEUE, QUOTA, SUBTREE
 from quota_ledger.model.errors import ResourceQuotaNotFound
 from quota_ledger.model.listing import ReservationQuery
 from quota_ledger.model.tracking import AppState
@@ -79,7 +78,7 @@ def quota_status(tx: LedgerTx, rules: CompiledRules, partition: str, key: str) -
     quota = rules.partition(tx, partition).quota(key)
     if quota is None:
         raise ResourceQuotaNotFound(key)
-    counters = tx.identity_counters(partition, lock=False, kinds=[resource_quotas.QUOTA])
+    counters = tx.identity_counters(partition, lock=False, kinds=[QUOTA])
     used = {c.resource: c.in_use for c in counters if c.name == key}
     return {
         "hard": {res: kube_quotas.format_value(res, v) for res, v in quota.hard.items()},

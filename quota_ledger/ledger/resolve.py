@@ -29,7 +29,7 @@ from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import ByFunction
 from quota_ledger.model import arguments, charges, queues, tracking
-from quota_ledger.model.counters import Counter
+from quota_ledger.model.counters import QUOTA, Counter
 from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
@@ -157,7 +157,7 @@ def leave_quotas(
             by_quota.append((each, found))
     if not by_quota:
         return
-    names = {(resource_quotas.QUOTA, q.key) for _, qs in by_quota for q in qs}
+    names = {(QUOTA, q.key) for _, qs in by_quota for q in qs}
     queue_set = {each.reservation.queue for each, _ in by_quota}
     resources = {name for each, _ in by_quota for name in (each.kube or {}).get("usage", {})}
     counters = tx.lock_identity_counters(rules.name, names, queue_set, resources)

@@ -21,12 +21,11 @@ from quota_ledger.kube import admission
 from quota_ledger.kube import quotas as kube_quotas
 from quota_ledger.kube.pods import PodScopes
 from quota_ledger.kube.quotas import ResourceQuota
-from quota_ledger.model.counters import Counter
+from quota_ledger.model.counters import QUOTA, Counter
 from quota_ledger.model.errors import MissingCoveringQuota, PodMissingResources, ResourceQuotaNotFound
 
 KubeEdit = Callable[[dict[str, Any]], None]
 
-QUOTA = "quota"
 _CONSTRAINED = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
+from quota_ledger.model.counters import QUEUE, QUOTA, SUBTREE, Counter
 from quota_ledger.model.errors import CounterOverflow, OverQuota, QuotaLedgerError
 from quota_ledger.model.quantity import APPLICATIONS, MAX_QUANTITY
 from quota_ledger.model.values import Violation
@@ -36,8 +36,6 @@ from quota_ledger.model.values import Violation
 Table = Literal["usages", "identity"]
 #: a counter's key across both tables
 CounterKey = tuple[Table, int]
-#: the counter kind of a Kubernetes ResourceQuota's usage (``quota_identity_usages.kind``)
-QUOTA = "quota"
 
 
 def table(counter: Counter) -> Table:

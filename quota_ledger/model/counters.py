@@ -9,6 +9,8 @@ from dataclasses import dataclass
 QUEUE = "queue"
 #: usage of a queue and all its descendants; exists only where a limit is set
 SUBTREE = "subtree"
+#: a Kubernetes ResourceQuota's usage in one queue (``quota_identity_usages.kind``)
+QUOTA = "quota"
 
 
 @dataclass(frozen=True, slots=True)
