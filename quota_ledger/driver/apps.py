@@ -163,11 +163,15 @@ class AppStatements:
             self.conn.execute(_INSERT_APP, rows)
 
     def update_apps(self, apps: Iterable[AppState]) -> None:
-        """Write application rows this transaction holds (MariaDB, SQLite): one statement per
-        :data:`ADD_SLICE` rows, each column a CASE on the id,
-        written as the driver's own text (see :mod:`.inline`); not an ``executemany``, which
-        PyMySQL runs as a round trip per row."""
+        """Write application rows this transaction holds: on MariaDB and SQLite one statement
+        per :data:`ADD_SLICE` rows, each column a CASE on the id, written as the driver's own
+        text (see :mod:`.inline`); not an ``executemany``, which PyMySQL runs as a round trip
+        per row. On PostgreSQL one statement a row, on the psycopg cursor."""
         rows = sorted((app for app in apps), key=lambda app: app.id or 0)
+        if self.pg is not None:
+            for app in rows:
+                self.update_app(app)
+            return
         statements = [
             _update_many(self.conn, [_update_params(app) for app in rows[start : start + ADD_SLICE]])
             for start in range(0, len(rows), ADD_SLICE)
@@ -181,16 +185,24 @@ class AppStatements:
         else:
             self.conn.execute(_UPDATE_APP, params)
 
-    def insert_summary(self, partition: str, summary: Mapping[str, Any], finished_at: datetime) -> None:
-        self.conn.execute(
-            _INSERT_SUMMARY,
+    def insert_summaries(self, summaries: Sequence[Mapping[str, Any]], finished_at: datetime) -> None:
+        """Insert finished applications' summaries (each names its partition and application):
+        on MariaDB and SQLite one multi-row insert (see :mod:`.inline`)."""
+        rows = [
             {
-                "partition": partition,
+                "partition": summary["partition"],
                 "application": summary["appId"],
                 "summary": json.dumps(summary, sort_keys=True),
                 "finished_at": finished_at,
-            },
-        )
+            }
+            for summary in summaries
+        ]
+        if not rows:
+            return
+        if self.pg is not None:
+            self.conn.execute(_INSERT_SUMMARY, rows)
+            return
+        inline.write(self.conn, self.deferred, [inline.insert_rows(self.conn, quota_app_summaries, rows)])
 
     def latest_summary(self, partition: str, application: str) -> dict[str, Any] | None:
         text = self.conn.execute(_LATEST_SUMMARY, {"p": partition, "a": application}).scalar()

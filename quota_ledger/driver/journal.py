@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select
-from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import inline
 from quota_ledger.driver.pg_cursor import PgCursor
@@ -20,8 +19,9 @@ _J = quota_journal.c
 _R = reservations.c
 _I = reservation_items.c
 
-# append_journal: new rows only.
-_INSERT_JOURNAL = sa_insert(quota_journal)
+# append_journal: new rows only; on PostgreSQL one change (the rows that share the columns of
+# _CHANGE) per statement.
+_CHANGE = ("partition", "queue", "kind", "reservation_id", "operation_id", "created_at")
 PG_INSERT_JOURNAL = (
     'INSERT INTO quota_journal ("partition", queue, resource, delta, kind, reservation_id,'
     " operation_id, created_at)"
@@ -82,40 +82,34 @@ class JournalStatements:
         reservation_id: str | None,
         now: datetime,
     ) -> None:
-        changes = {resource: delta for resource, delta in deltas.items() if delta != 0}
-        if not changes:
-            return
-        if self.pg is not None:
-            params = {
-                "p": partition,
-                "q": queue,
-                "kind": kind,
-                "rid": reservation_id,
-                "op": operation_id,
-                "now": now,
-                "resources": list(changes),
-                "deltas": list(changes.values()),
-            }
-            self.pg.run(PG_INSERT_JOURNAL, params)
-            return
-        self.conn.execute(
-            _INSERT_JOURNAL,
+        self.append_journal_rows(
             journal_rows(
                 partition,
                 queue,
-                changes,
+                deltas,
                 kind=kind,
                 operation_id=operation_id,
                 reservation_id=reservation_id,
                 now=now,
-            ),
+            )
         )
 
     def append_journal_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Append many journal rows (each a ``quota_journal`` row without its id) with one
-        multi-row insert (MariaDB, SQLite)."""
-        if rows:
+        """Append journal rows (each a ``quota_journal`` row without its id): on MariaDB and
+        SQLite with one multi-row insert, on PostgreSQL with one insert for the rows of each
+        change (of one reservation, operation and queue)."""
+        if not rows:
+            return
+        if self.pg is None:
             inline.write(self.conn, self.deferred, [inline.insert_rows(self.conn, quota_journal, rows)])
+            return
+        changes: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        for row in rows:
+            changes.setdefault(tuple(row[name] for name in _CHANGE), []).append(row)
+        for change, mine in changes.items():
+            params = dict(zip(("p", "q", "kind", "rid", "op", "now"), change, strict=True))
+            params.update(resources=[row["resource"] for row in mine], deltas=[row["delta"] for row in mine])
+            self.pg.run(PG_INSERT_JOURNAL, params)
 
     def operation_recorded(self, operation_id: str) -> bool:
         return self.conn.execute(_OPERATION_RECORDED, {"op": operation_id}).first() is not None

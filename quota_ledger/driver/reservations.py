@@ -168,6 +168,11 @@ _COMMIT_ALL_ITEMS_OF = (
     .where(_I.reservation_id.in_(bindparam("ids", expanding=True)))
     .values(committed=_I.amount)
 )
+PG_COMMIT_MANY = (
+    "UPDATE reservations SET state = 'committed', resolved_at = %(now)s"
+    " WHERE id = ANY(%(ids)s) AND state = 'pending'"
+)
+PG_COMMIT_ALL_ITEMS_OF = "UPDATE reservation_items SET committed = amount WHERE reservation_id = ANY(%(ids)s)"
 # record_commits for a partial commit: one row per item, of a reservation this transaction holds.
 _SET_COMMITTED = (
     update(reservation_items)
@@ -283,6 +288,10 @@ class ReservationStatements:
         """``pending -> committed`` of reservations this transaction holds, every item committed
         in full; how many were pending."""
         params = {"ids": list(ids), "now": now}
+        if self.pg is not None:
+            changed = self.pg.run(PG_COMMIT_MANY, params).rowcount
+            self.pg.run(PG_COMMIT_ALL_ITEMS_OF, params)
+            return changed
         changed = self.conn.execute(_COMMIT_MANY, params).rowcount
         self.conn.execute(_COMMIT_ALL_ITEMS_OF, params)
         return changed

@@ -119,7 +119,7 @@ class LedgerTx(
     @contextmanager
     def writes_together(self) -> Iterator[None]:
         """The inserts and counter updates inside the block (``insert_reservations``,
-        ``append_journal_rows``, ``update_apps``, ``apply_counter_deltas``,
+        ``append_journal_rows``, ``insert_summaries``, ``update_apps``, ``apply_counter_deltas``,
         ``apply_identity_deltas``) run when it ends, in order, as one compound statement on
         MariaDB (one round trip). Nothing inside may read what they write; a block left by an
         error runs none of them."""
@@ -150,20 +150,25 @@ class Undo:
     """A set's savepoint, taken before its first write: :meth:`on_failure` goes back to it when
     the set fails with an error that leaves the transaction usable (a ledger error, a database
     error the database meant); :meth:`rollback` goes back to it so that the set can be decided
-    again; :meth:`release` keeps what the set wrote."""
+    again, and forgets what the set meant to do after commit; :meth:`release` keeps what the
+    set wrote."""
 
     def __init__(self, tx: LedgerTx) -> None:
         self.tx = tx
         self.savepoint: NestedTransaction | None = None
+        #: how many after-commit hooks the transaction had when the savepoint was taken
+        self.hooks = 0
 
     def before_write(self) -> None:
         if self.savepoint is None:
             self.savepoint = self.tx.conn.begin_nested()
+            self.hooks = len(self.tx.after_commit)
 
     def rollback(self) -> None:
         if self.savepoint is not None:
             self.savepoint.rollback()
             self.savepoint = None
+            del self.tx.after_commit[self.hooks :]
 
     def release(self) -> None:
         if self.savepoint is not None:

@@ -43,7 +43,7 @@ def stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
     summary = tracking.finish(app, now, how)
     if summary is None:
         return False
-    tx.insert_summary(app.partition, summary, now)
+    tx.insert_summaries([summary], now)
     line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
     tx.after_commit.append(lambda: summary_log.info("QUOTA_APP_SUMMARY: %s", line))
     return True
