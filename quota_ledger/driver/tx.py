@@ -14,8 +14,10 @@ Canonical lock order, the same on every path, so there are no deadlocks by desig
 7. user/group counters (``quota_identity_usages``), sorted by (kind, name, queue, resource).
 
 New rows (a reservation's header, items, journal entries) may be written at any point: nobody
-else can wait for a row not yet committed. Reserve and commit write theirs *before* locking the
-counters, so the shared counters are held only for check, update and commit.
+else can wait for a row not yet committed. Reserve writes its own *before* locking the counters,
+so the shared counters are held only for check, update and commit; resolving reservations
+(commit, rollback, expiry) writes once the rule has decided, its journal entries with the
+counter updates (on MariaDB one compound statement).
 
 Only reserve can create ``queue`` counters, and only under the shared partition lock, so a
 limit change holding the exclusive lock sees every counter it has to sum (no phantoms). It

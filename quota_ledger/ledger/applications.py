@@ -7,8 +7,12 @@ user and group counters.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 from quota_ledger.config import identity
 from quota_ledger.config.identity import Key
@@ -21,6 +25,8 @@ from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.queues import lineage
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation
+
+summary_log = logging.getLogger("quota_ledger.summary")
 
 
 def tracked(user: str | None, application: str | None) -> bool:
@@ -89,6 +95,22 @@ def check_owner(app: AppState, user: str | None, queue: str) -> None:
             f"application {app.application!r} belongs to user {app.user!r} in queue {app.queue}",
             field="application",
         )
+
+
+def stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
+    """Finish a running application; True when it counted as running (a named one)."""
+    summary = tracking.finish(app, now, how)
+    if summary is not None:
+        summarize(tx, [summary], now)
+    return summary is not None
+
+
+def summarize(tx: LedgerTx, summaries: Sequence[Mapping[str, Any]], now: datetime) -> None:
+    """Keep the summaries of applications that stopped, and log each once committed."""
+    tx.insert_summaries(summaries, now)
+    for summary in summaries:
+        line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
+        tx.after_commit.append(partial(summary_log.info, "QUOTA_APP_SUMMARY: %s", line))
 
 
 def save(tx: LedgerTx, app: AppState) -> None:

@@ -24,12 +24,10 @@ from functools import partial
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import applications, batches, resolve
+from quota_ledger.ledger import batches, resolve
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import DatabaseUnavailable, SchemaNotReady
-from quota_ledger.model.quantity import APPLICATIONS
-from quota_ledger.model.values import ReservationState, StoredReservation
+from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
 
 log = logging.getLogger("quota_ledger.sweeper")
 
@@ -150,7 +148,7 @@ def general_batch(
     """Expire up to ``batch_size`` pending reservations of a partition in one transaction,
     skipping rows another sweeper or a concurrent commit holds, and those of ``skip``; how many."""
     now = tx.db_now()
-    return expire_locked(tx, rules, partition, _unskipped(tx, partition, batch_size, skip, now), now)
+    return expire_locked(tx, rules, _unskipped(tx, partition, batch_size, skip, now), now)
 
 
 def expired_ids(tx: LedgerTx, partition: str, batch_size: int, skip: Collection[str]) -> list[str]:
@@ -172,7 +170,7 @@ def listed_batch(tx: LedgerTx, rules: CompiledRules, partition: str, ids: Sequen
         and s.reservation.partition == partition
         and s.reservation.expires_at <= due
     ]
-    return expire_locked(tx, rules, partition, expiring, now)
+    return expire_locked(tx, rules, expiring, now)
 
 
 def _unskipped(
@@ -185,39 +183,8 @@ def _unskipped(
 
 
 def expire_locked(
-    tx: LedgerTx, rules: CompiledRules, partition: str, stored: Sequence[StoredReservation], now: datetime
+    tx: LedgerTx, rules: CompiledRules, stored: Sequence[StoredReservation], now: datetime
 ) -> int:
-    """Expire reservations of a partition this transaction has locked; how many."""
-    if not stored:
-        return 0
-    in_force = rules.partition(tx, partition)
-    expiring = [s.reservation for s in stored]
-    keys = {applications.key_of(r) for r in expiring if applications.tracked(r.user, r.application)}
-    apps = tx.lock_apps(partition, keys)
-    for reservation in expiring:
-        if (app := apps.get(applications.key_of(reservation))) is not None:
-            tracking.resolve(app, reservation.resources, {}, now)
-    stopping = [a for a in apps.values() if tracking.idle(a) and resolve.stop(tx, a, now, "Expired")]
-    for app in apps.values():
-        tx.update_app(app)
-    pairs = {(r.queue, res) for r in expiring for res in r.resources}
-    resources = {res for _, res in pairs} | ({APPLICATIONS} if stopping else set())
-    own = tx.lock_queue_counters(partition, pairs)
-    scopes = {scope for r in expiring for scope in queues.lineage(r.queue)}
-    limits = resolve.by_key(tx.lock_subtree_counters(partition, scopes, resources))
-    scoped = applications.lock_of(tx, apps.values(), resources)
-    asks = []
-    for reservation in expiring:
-        counted = resolve.counters_of(reservation, own, limits)
-        if (app := apps.get(applications.key_of(reservation))) is not None:
-            counted += [c for c in applications.charges(app, scoped) if c.resource in reservation.resources]
-        asks.append(
-            charges.Ask(partition, charges.resolving(counted, reservation.resources, {}), enforced=False)
-        )
-    for app in stopping:  # leaves the running-application counts of its lineage, its user's and group's
-        counted = [c for scope in queues.lineage(app.queue) if (c := limits.get((scope, APPLICATIONS)))]
-        counted += [c for c in applications.charges(app, scoped) if c.resource == APPLICATIONS]
-        asks.append(charges.Ask(partition, charges.resolving(counted, {}, {}, stopped=True), enforced=False))
-    tx.apply_charges(charges.summed(charges.decide(asks)), now)
-    resolve.leave_quotas(tx, in_force, stored, now)
-    return tx.expire_reservations([r.id for r in expiring], now)
+    """Expire pending reservations this transaction has locked, as one set; how many."""
+    expiring = [resolve.Resolution(each, ReservationState.EXPIRED) for each in stored]
+    return sum(isinstance(done, Reservation) for done in resolve.resolve(tx, rules, expiring, now))

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.ledger import group_commit, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_set, resolve, resolve_set
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
@@ -77,7 +77,7 @@ class Paths:
 
     def commit(
         self, reservation_id: str, amounts: Mapping[str, int] | None, operation_id: str
-    ) -> group_commit.Deciders[resolve_set.Outcome]:
+    ) -> group_commit.Deciders[resolve.CommitOutcome]:
         step = partial(
             resolve.commit_general,
             rules=self.rules,
@@ -86,11 +86,13 @@ class Paths:
             operation_id=operation_id,
         )
         whole = amounts is None
-        batch_call = partial(resolve.by_function_in, reservation_id=reservation_id, operation_id=operation_id)
+        batch_call = partial(
+            commit_function.in_batch, reservation_id=reservation_id, operation_id=operation_id
+        )
         alone = None
         if whole and self.functions:
             alone = partial(
-                resolve.by_function_or_general, self.driver, self.rules, reservation_id, operation_id
+                commit_function.by_function_or_general, self.driver, self.rules, reservation_id, operation_id
             )
         return group_commit.Deciders(
             step,

@@ -79,9 +79,9 @@ def release_reservation(
     """Release everything a committed reservation holds, once; a pending one is rolled back."""
     stored, now = resolve.locked(tx, reservation_id)
     current = stored.reservation
-    in_force = rules.partition(tx, current.partition)
     if current.state is ReservationState.PENDING:
-        return resolve.resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", in_force)
+        return resolve.resolve_one(tx, rules, resolve.Resolution(stored, ReservationState.ROLLED_BACK), now)
+    in_force = rules.partition(tx, current.partition)
     if current.state is not ReservationState.COMMITTED or current.released_at is not None:
         return current
     tx.mark_released(current.id, now)
@@ -136,7 +136,7 @@ def release_in_use(
             tracking.release(app, amounts, now)
             # YuniKorn drops an application from its trackers once nothing of it is allocated.
             if finished or tracking.idle(app):
-                stopped = resolve.stop(tx, app, now, "Completed")
+                stopped = applications.stop(tx, app, now, "Completed")
             tx.update_app(app)
     own = tx.lock_queue_counters(partition, [(queue, r) for r in amounts])
     if applied is not None and applied():

@@ -1,52 +1,278 @@
-"""Commit and rollback: resolving a pending reservation, exactly once.
+"""Resolving pending reservations: commit (whole or in part), rollback, the release of a pending
+one and expiry, by one function for a set of them (:func:`resolve`), a single call being a set
+of one.
 
-The general path (:func:`commit_general`, :func:`rollback`, a transaction of steps on
-:class:`LedgerTx`) locks the reservation and its counters and asks the rule
-(:mod:`quota_ledger.model.charges`) for the deltas. On PostgreSQL a whole commit may be decided
-first by ``quota_ledger_commit_many``, alone or with its batch's whole commits; what it declines
-(a reservation not found, not pending, past its expiry, or without its application row), the
-general path decides and says which. Rollbacks and partial commits take the general path.
+:func:`resolve` takes pending reservations this transaction holds (step 3 of the lock order in
+:mod:`quota_ledger.driver.tx`), each with what it becomes, and resolves them as their steps
+would one after another, in order, at the instant the caller read from the database clock:
 
-A pending reservation's own rows are written first, then its application row, then the shared
-counters in the canonical lock order (see :mod:`quota_ledger.driver.tx`).
+- the application rows of the tracked ones (a user or an application) are locked, one
+  statement a partition in key order, and moved in memory reservation after reservation (the
+  in-use area integrated up to now, what it reserved given back, what it commits in use); an
+  application that a rollback or an expiry leaves idle stops running;
+- the queues' own counters are locked, then the subtree counters of their lineages (with
+  ``applications`` where an application stops), then the user and group counters of the
+  applications, each partition in key order;
+- the rule (:mod:`quota_ledger.model.charges`) gives each reservation's charges, each seeing
+  what those before it added. One that would push a counter past the bigint range is not
+  resolved and its outcome is the error (a set of one raises it); the others are decided again
+  without it, its application row unmoved;
+- the states (and the items a commit commits) are written, then the commits' journal rows, the
+  summaries of the applications that stopped, the application rows and every counter, once with
+  the sum (on MariaDB as one compound statement); the reservations that were not committed
+  leave the ResourceQuotas that count them.
+
+Commit and rollback lock their reservation (:func:`locked`) and resolve it as a set of one
+(:func:`commit_general`, :func:`rollback`, and the release of a pending reservation); the
+expiry sweep's batches are sets (:mod:`.expire`). On PostgreSQL a whole commit may be decided
+first by the server function (:mod:`.commit_function`).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from quota_ledger.config.rules import PartitionRules
-from quota_ledger.driver import pg_functions
-from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.journal import journal_rows
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.group_decision import ByFunction
 from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.counters import QUOTA, Counter
-from quota_ledger.model.errors import ReservationNotFound, ReservationStateError
+from quota_ledger.model.errors import QuotaLedgerError, ReservationNotFound, ReservationStateError
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.tracking import AppState
 from quota_ledger.model.values import Reservation, ReservationState, StoredReservation
 
-summary_log = logging.getLogger("quota_ledger.summary")
+PENDING = ReservationState.PENDING
+COMMITTED = ReservationState.COMMITTED
+ROLLED_BACK = ReservationState.ROLLED_BACK
+EXPIRED = ReservationState.EXPIRED
+#: what a commit returns: the reservation, and whether it was expired instead (its time had run
+#: out; committed, so that a commit arriving late still cleans up)
+CommitOutcome = tuple[Reservation, bool]
+#: an application row by (partition, app_key)
+AppKey = tuple[str, str]
+#: how an application ends that a reservation going away uncommitted leaves idle
+_HOW = {ROLLED_BACK: "RolledBack", EXPIRED: "Expired"}
 
 
-def stop(tx: LedgerTx, app: AppState, now: datetime, how: str) -> bool:
-    """Finish a running application; True when it counted as running (a named one)."""
-    summary = tracking.finish(app, now, how)
-    if summary is None:
-        return False
-    tx.insert_summaries([summary], now)
-    line = json.dumps(summary, sort_keys=True, separators=(",", ":"))
-    tx.after_commit.append(lambda: summary_log.info("QUOTA_APP_SUMMARY: %s", line))
-    return True
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A pending reservation this transaction holds and what it becomes: ``state``, with what
+    each resource commits (a commit; all it reserved for a whole one)."""
+
+    stored: StoredReservation
+    state: ReservationState
+    committed: Mapping[str, int] = field(default_factory=dict)
+    #: a commit's operation, in the journal
+    operation_id: str = ""
+
+    @property
+    def reservation(self) -> Reservation:
+        return self.stored.reservation
+
+    def resolved(self, now: datetime) -> Reservation:
+        """The reservation once resolved at ``now``."""
+        return replace(
+            self.reservation,
+            state=self.state,
+            committed=dict(self.committed) if self.state is COMMITTED else None,
+            resolved_at=now.replace(tzinfo=UTC),
+        )
+
+
+def resolve(
+    tx: LedgerTx, rules: CompiledRules, wanted: Sequence[Resolution], now: datetime
+) -> list[Reservation | QuotaLedgerError]:
+    """Resolve ``wanted`` (distinct reservations) as their steps would one after another; each
+    one's outcome, in order: the reservation resolved, or the error of one that was not."""
+    quotas = {
+        p: rules.partition(tx, p)
+        for p in sorted({w.reservation.partition for w in wanted if w.state is not COMMITTED})
+    }
+    refused: dict[int, QuotaLedgerError] = {}
+    places = list(range(len(wanted)))
+    while places:
+        moved = _decide(tx, [wanted[n] for n in places], now)
+        errors = {
+            n: e for n, d in zip(places, moved.decisions, strict=True) if (e := d.refusal()) is not None
+        }
+        if not errors:
+            _write(tx, quotas, [wanted[n] for n in places], moved, now)
+            break
+        refused.update(errors)  # decided again without them: their application rows unmoved
+        places = [n for n in places if n not in errors]
+    return [refused[n] if n in refused else each.resolved(now) for n, each in enumerate(wanted)]
+
+
+def resolve_one(tx: LedgerTx, rules: CompiledRules, wanted: Resolution, now: datetime) -> Reservation:
+    """:func:`resolve` for a set of one: the reservation resolved; its error is raised."""
+    (outcome,) = resolve(tx, rules, [wanted], now)
+    if isinstance(outcome, QuotaLedgerError):
+        raise outcome
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """What one pass of :func:`resolve` decided: the application rows moved (locked), the
+    summaries of those that stopped, and each reservation's charges."""
+
+    apps: dict[AppKey, AppState]
+    summaries: dict[AppKey, dict[str, Any]]
+    decisions: list[charges.Decision]
+
+
+def _decide(tx: LedgerTx, todo: Sequence[Resolution], now: datetime) -> _Moved:
+    """Lock what ``todo`` resolves, in the lock order, move its application rows in memory and
+    ask the rule for each one's charges."""
+    reservations = [each.reservation for each in todo]
+    apps = _lock_apps(tx, reservations)
+    found = [apps.get(_app_key(r)) if _tracked(r) else None for r in reservations]
+    summaries: dict[AppKey, dict[str, Any]] = {}
+    stops = []
+    for each, app in zip(todo, found, strict=True):
+        summary = None if app is None else _move(app, each, now)
+        if summary is not None:
+            summaries[_app_key(each.reservation)] = summary
+        stops.append(summary is not None)
+    of = {
+        p: [r for r in reservations if r.partition == p] for p in sorted({r.partition for r in reservations})
+    }
+    stopping = {r.partition for r, stopped in zip(reservations, stops, strict=True) if stopped}
+    own = {
+        p: tx.lock_queue_counters(p, {(r.queue, res) for r in mine for res in r.resources})
+        for p, mine in of.items()
+    }
+    limits = {
+        p: by_key(
+            tx.lock_subtree_counters(
+                p, {s for r in mine for s in queues.lineage(r.queue)}, _resources(mine, p in stopping)
+            )
+        )
+        for p, mine in of.items()
+    }
+    charged = [(r, app) for r, app in zip(reservations, found, strict=True) if app is not None]
+    scoped = {
+        p: _lock_scoped(tx, [(r, a) for r, a in charged if r.partition == p], p in stopping) for p in of
+    }
+    asks = []
+    for each, app, stopped in zip(todo, found, stops, strict=True):
+        r = each.reservation
+        counted = counters_of(r, own[r.partition], limits[r.partition], applications=stopped)
+        if app is not None:
+            counted += [
+                c
+                for c in applications.charges(app, scoped[r.partition])
+                if c.resource in r.resources or (stopped and c.resource == APPLICATIONS)
+            ]
+        moves = charges.resolving(counted, r.resources, each.committed, stopped=stopped)
+        asks.append(charges.Ask(r.partition, moves, enforced=False))
+    return _Moved(apps, summaries, charges.decide(asks))
+
+
+def _resources(reservations: Iterable[Reservation], stopping: bool) -> set[str]:
+    """The resources of ``reservations``, and ``applications`` when one of them stops its
+    application."""
+    return {res for r in reservations for res in r.resources} | ({APPLICATIONS} if stopping else set())
+
+
+def _lock_scoped(
+    tx: LedgerTx, charged: Sequence[tuple[Reservation, AppState]], stopping: bool
+) -> list[Counter]:
+    """Lock the user/group counters of the application rows of ``charged`` (reservations of one
+    partition, with their rows), for the reservations' resources."""
+    apps = {app.app_key: app for _, app in charged}
+    return applications.lock_of(
+        tx, [apps[key] for key in sorted(apps)], _resources([r for r, _ in charged], stopping)
+    )
+
+
+def _move(app: AppState, each: Resolution, now: datetime) -> dict[str, Any] | None:
+    """Move ``app`` as ``each``'s step would; the summary of a running application that it
+    stops (a rollback or an expiry that leaves it idle)."""
+    tracking.resolve(app, each.reservation.resources, each.committed, now)
+    if each.state is COMMITTED or not tracking.idle(app):
+        return None
+    return tracking.finish(app, now, _HOW[each.state])
+
+
+def _write(
+    tx: LedgerTx,
+    quotas: Mapping[str, PartitionRules],
+    done: Sequence[Resolution],
+    moved: _Moved,
+    now: datetime,
+) -> None:
+    """Write what :func:`_decide` decided for ``done``."""
+    if _write_states(tx, done, now) != len(done):
+        first = done[0]
+        raise ReservationStateError(first.reservation.id, first.reservation.state, first.state.value)
+    journal = [
+        row
+        for each in done
+        if each.state is COMMITTED
+        for row in journal_rows(
+            each.reservation.partition,
+            each.reservation.queue,
+            each.committed,
+            kind="commit",
+            operation_id=each.operation_id,
+            reservation_id=each.reservation.id,
+            now=now,
+        )
+    ]
+    with tx.writes_together():
+        tx.append_journal_rows(journal)
+        applications.summarize(tx, [moved.summaries[key] for key in sorted(moved.summaries)], now)
+        tx.update_apps(moved.apps[key] for key in sorted(moved.apps))
+        tx.apply_charges(charges.summed(moved.decisions), now)
+    for p, in_force in quotas.items():
+        leaving = [
+            each.stored for each in done if each.state is not COMMITTED and each.reservation.partition == p
+        ]
+        leave_quotas(tx, in_force, leaving, now)
+
+
+def _write_states(tx: LedgerTx, done: Sequence[Resolution], now: datetime) -> int:
+    """Move ``done`` to their states, with what each item commits; how many were pending."""
+    whole = [
+        e.reservation.id for e in done if e.state is COMMITTED and e.committed == e.reservation.resources
+    ]
+    expired = [e.reservation.id for e in done if e.state is EXPIRED]
+    changed = tx.commit_reservations(whole, now) if whole else 0
+    changed += tx.expire_reservations(expired, now) if expired else 0
+    for each in done:
+        if each.state is EXPIRED or each.reservation.id in whole:
+            continue
+        changed += tx.resolve_reservation(each.reservation.id, each.state, now)
+        if each.state is COMMITTED:
+            tx.record_commits(each.reservation.id, each.committed, whole=False)
+    return changed
+
+
+def _tracked(reservation: Reservation) -> bool:
+    return applications.tracked(reservation.user, reservation.application)
+
+
+def _app_key(reservation: Reservation) -> AppKey:
+    return reservation.partition, applications.key_of(reservation)
+
+
+def _lock_apps(tx: LedgerTx, reservations: Sequence[Reservation]) -> dict[AppKey, AppState]:
+    """Lock the application rows of the tracked ones among ``reservations``, one statement a
+    partition in key order; those found, by (partition, app_key)."""
+    keys = sorted({_app_key(r) for r in reservations if _tracked(r)})
+    apps: dict[AppKey, AppState] = {}
+    for partition in sorted({p for p, _ in keys}):
+        found = tx.lock_apps(partition, [key for p, key in keys if p == partition])
+        apps.update({(partition, key): app for key, app in found.items()})
+    return apps
 
 
 def by_key(counters: Iterable[Counter]) -> dict[tuple[str, str], Counter]:
@@ -84,68 +310,6 @@ def counters_of(
     return found
 
 
-def resolve(
-    tx: LedgerTx,
-    stored: StoredReservation,
-    state: ReservationState,
-    committed: Mapping[str, int],
-    now: datetime,
-    operation_id: str,
-    rules: PartitionRules | None = None,
-) -> Reservation:
-    """Move a locked pending reservation to ``state`` and adjust its counters.
-
-    The reservation's own rows (already locked) and the journal (new rows) are written
-    first; the shared counters are locked last, so they are held for the shortest time.
-    An application whose last reservation goes away with nothing in use stops running; a
-    reservation that goes away uncommitted leaves the ResourceQuotas that count it (``rules``).
-    """
-    reservation = stored.reservation
-    if not tx.resolve_reservation(reservation.id, state, now):
-        raise ReservationStateError(reservation.id, reservation.state, state.value)
-    if state is ReservationState.COMMITTED:
-        tx.record_commits(reservation.id, committed, whole=committed == reservation.resources)
-        tx.append_journal(
-            reservation.partition,
-            reservation.queue,
-            committed,
-            kind="commit",
-            operation_id=operation_id,
-            reservation_id=reservation.id,
-            now=now,
-        )
-    app = None
-    stopped = False
-    if applications.tracked(reservation.user, reservation.application):
-        app = tx.lock_apps(reservation.partition, [applications.key_of(reservation)]).get(
-            applications.key_of(reservation)
-        )
-    if app is not None:
-        tracking.resolve(app, reservation.resources, committed, now)
-        if state is not ReservationState.COMMITTED and tracking.idle(app):
-            how = "Expired" if state is ReservationState.EXPIRED else "RolledBack"
-            stopped = stop(tx, app, now, how)
-        tx.update_app(app)
-    resources = [*reservation.resources, *([APPLICATIONS] if stopped else [])]
-    pairs = [(reservation.queue, res) for res in reservation.resources]
-    own = tx.lock_queue_counters(reservation.partition, pairs)
-    limits = tx.lock_subtree_counters(reservation.partition, queues.lineage(reservation.queue), resources)
-    counters = counters_of(reservation, own, by_key(limits), applications=stopped)
-    scoped = applications.charges(app, applications.lock_of(tx, [app], resources)) if app is not None else []
-    resolved = charges.resolving([*counters, *scoped], reservation.resources, committed, stopped=stopped)
-    tx.apply_charges(
-        charges.decide_one(charges.Ask(reservation.partition, resolved, enforced=False)).admit().deltas, now
-    )
-    if state is not ReservationState.COMMITTED and rules is not None:
-        leave_quotas(tx, rules, [stored], now)
-    return replace(
-        reservation,
-        state=state,
-        committed=dict(committed) if state is ReservationState.COMMITTED else None,
-        resolved_at=now.replace(tzinfo=UTC),
-    )
-
-
 def leave_quotas(
     tx: LedgerTx, rules: PartitionRules, stored: Sequence[StoredReservation], now: datetime
 ) -> None:
@@ -174,34 +338,23 @@ def leave_quotas(
     tx.apply_charges(charges.summed(charges.decide(asks)), now)
 
 
+# -- commit and rollback -----------------------------------------------------------------------
 def locked(tx: LedgerTx, reservation_id: str) -> tuple[StoredReservation, datetime]:
-    """Lock a reservation's row (step 2 of the lock order) and read the database clock."""
+    """Lock a reservation's row (step 3 of the lock order) and read the database clock."""
     found = tx.lock_reservation(reservation_id)
     if found is None:
         raise ReservationNotFound(reservation_id)
     return found
 
 
-# -- commit ------------------------------------------------------------------------------------
-def by_function_or_general(
-    driver: DbQuotaDriver, rules: CompiledRules, reservation_id: str, operation_id: str
-) -> tuple[Reservation, bool]:
-    """Commit a pending reservation whole by the server function, or by the general path where
-    the function declines (:mod:`.paths` chooses this for PostgreSQL); an outcome of
-    :func:`commit_general`."""
-    done = commit_by_function(driver, reservation_id, operation_id)
-    if done is not None:
-        return done, False
-    return driver.run(lambda tx: commit_general(tx, rules, reservation_id, None, operation_id))
-
-
-def raise_expired(outcome: tuple[Reservation, bool]) -> Reservation:
-    """The committed reservation of :func:`commit_general`'s outcome, once its transaction has
-    committed; a reservation it expired instead raises :class:`ReservationStateError`."""
-    result, expired = outcome
-    if expired:
-        raise ReservationStateError(result.id, result.state, "commit")
-    return result
+def committing(
+    stored: StoredReservation, amounts: Mapping[str, int] | None, operation_id: str, now: datetime
+) -> Resolution:
+    """What a commit of a pending reservation makes of it: committed with ``amounts`` (None:
+    all it reserved), or expired when its time has run out."""
+    if now.replace(tzinfo=UTC) >= stored.reservation.expires_at:
+        return Resolution(stored, EXPIRED)
+    return Resolution(stored, COMMITTED, arguments.commit_amounts(stored.reservation, amounts), operation_id)
 
 
 def commit_general(
@@ -210,75 +363,34 @@ def commit_general(
     reservation_id: str,
     amounts: Mapping[str, int] | None,
     operation_id: str,
-) -> tuple[Reservation, bool]:
-    """The general path's transaction; True with a reservation that had run out of time and
-    is expired instead (committed, so that a commit arriving late still cleans up)."""
+) -> CommitOutcome:
+    """A commit's step: a committed reservation is returned as it is, one neither pending nor
+    committed raises :class:`ReservationStateError`, a pending one is resolved as a set of one."""
     stored, now = locked(tx, reservation_id)
     current = stored.reservation
-    if current.state is ReservationState.COMMITTED:
+    if current.state is COMMITTED:
         return current, False
-    if current.state is not ReservationState.PENDING:
+    if current.state is not PENDING:
         raise ReservationStateError(current.id, current.state, "commit")
-    if now.replace(tzinfo=UTC) >= current.expires_at:
-        in_force = rules.partition(tx, current.partition)
-        return resolve(tx, stored, ReservationState.EXPIRED, {}, now, "", in_force), True
-    committed = arguments.commit_amounts(current, amounts)
-    return resolve(tx, stored, ReservationState.COMMITTED, committed, now, operation_id), False
+    wanted = committing(stored, amounts, operation_id, now)
+    return resolve_one(tx, rules, wanted, now), wanted.state is EXPIRED
 
 
-def commit_by_function(driver: DbQuotaDriver, reservation_id: str, operation_id: str) -> Reservation | None:
-    """Commit a pending reservation whole in one call of ``ledger_commit_many`` for it alone;
-    None when the function declined."""
-    call = pg_functions.commit_many([pg_functions.commit_params(reservation_id, operation_id)])
-    rows = driver.call(call.sql, call.params)
-    return committed(reservation_id, rows[0]) if rows else None
+def raise_expired(outcome: CommitOutcome) -> Reservation:
+    """The committed reservation of :func:`commit_general`'s outcome, once its transaction has
+    committed; a reservation it expired instead raises :class:`ReservationStateError`."""
+    result, expired = outcome
+    if expired:
+        raise ReservationStateError(result.id, result.state, "commit")
+    return result
 
 
-def by_function_in(
-    tx: LedgerTx, reservation_id: str, operation_id: str
-) -> ByFunction[tuple[Reservation, bool]] | None:
-    """How ``ledger_commit_many`` may commit a reservation whole with the batch's other whole
-    commits, with an outcome of :func:`commit_general` (what it declines, the general path
-    decides); None off PostgreSQL."""
-    if tx.pg is None:
-        return None
-
-    def finish(rows: list[Any]) -> tuple[Reservation, bool] | None:
-        return (committed(reservation_id, rows[0]), False) if rows else None
-
-    params = pg_functions.commit_params(reservation_id, operation_id)
-    return ByFunction(("commit",), params, pg_functions.commit_many, finish)
-
-
-def committed(reservation_id: str, row: Any) -> Reservation:
-    """The reservation a commit function returned as ``row``."""
-    resources = dict(zip(row.resources, row.amounts, strict=True))
-    return Reservation(
-        id=reservation_id,
-        state=ReservationState.COMMITTED,
-        partition=row.partition,
-        queue=row.queue,
-        resources=resources,
-        created_at=row.created_at.replace(tzinfo=UTC),
-        expires_at=row.expires_at.replace(tzinfo=UTC),
-        key=row.key,
-        user=row.user_name,
-        groups=tuple(json.loads(row.groups)) if row.groups else (),
-        application=row.application,
-        priority_class=row.priority_class,
-        committed=dict(resources),
-        resolved_at=row.resolved_at.replace(tzinfo=UTC),
-    )
-
-
-# -- rollback ----------------------------------------------------------------------------------
 def rollback(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reservation:
     """Release a pending reservation; a rolled-back or expired one is returned as it is."""
     stored, now = locked(tx, reservation_id)
     current = stored.reservation
-    if current.state is ReservationState.COMMITTED:
+    if current.state is COMMITTED:
         raise ReservationStateError(current.id, current.state, "roll back")
-    if current.state is not ReservationState.PENDING:
+    if current.state is not PENDING:
         return current
-    in_force = rules.partition(tx, current.partition)
-    return resolve(tx, stored, ReservationState.ROLLED_BACK, {}, now, "", in_force)
+    return resolve_one(tx, rules, Resolution(stored, ROLLED_BACK), now)

@@ -13,7 +13,8 @@ Each hypothesis example runs in one transaction on one connection, rolled back a
 configuration is applied and the usage made there (through the ledger's own steps, so every row
 is a real one), then each side decides in a savepoint that is rolled back after its rows are read.
 The example's own :class:`CompiledRules` reads the configuration that transaction applied. The
-call for many is built as a batch builds it, from each request's ``by_function_in``.
+call for many is built as a batch builds it, from each request's part (``reserve.by_function_in``,
+``commit_function.in_batch``).
 
 Cases a function leaves to the caller for reasons other than a limit are kept out by
 construction: no key or id is used twice in a reserve, every resource has a limit at root (so
@@ -42,7 +43,7 @@ from quota_ledger import OverQuota, QuotaEngine
 from quota_ledger.driver import sql
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import pods
-from quota_ledger.ledger import configure, reserve, resolve
+from quota_ledger.ledger import commit_function, configure, reserve, resolve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import requests as reserve_requests
 from quota_ledger.model import validation
@@ -335,7 +336,7 @@ def _tell(decided: Sequence[int], asked: int, before: Snapshot, after: Snapshot)
 # -- reserves ------------------------------------------------------------------------------------
 def by_one_call(tx: LedgerTx, planned: Sequence[Any]) -> dict[int, Any]:
     """What one call for many decided, built as a batch builds it from its requests' parts
-    (``by_function_in``; see :mod:`quota_ledger.ledger.group_decision`): the place (1-based) of
+    (a ``ByFunction`` each; see :mod:`quota_ledger.ledger.group_decision`): the place (1-based) of
     each request it decided, which ends its row, and the outcome the batch hands that request's
     caller."""
     assert all(plan is not None for plan in planned), "every request has a function call"
@@ -413,7 +414,7 @@ def check_reserves(
 # -- commits -------------------------------------------------------------------------------------
 def commit_by_function(tx: LedgerTx, ids: Sequence[str]) -> dict[int, Reservation]:
     """What one ``quota_ledger_commit_many`` call commits: each place, with its reservation."""
-    done = by_one_call(tx, [resolve.by_function_in(tx, rid, f"op-{n}") for n, rid in enumerate(ids, 1)])
+    done = by_one_call(tx, [commit_function.in_batch(tx, rid, f"op-{n}") for n, rid in enumerate(ids, 1)])
     found = {}
     for place, (reservation, expired) in done.items():
         assert not expired

@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call
-from quota_ledger.ledger import reserve, resolve
+from quota_ledger.ledger import commit_function, reserve
 from quota_ledger.model import requests
 
 GI = 1 << 30
@@ -376,7 +376,7 @@ def test_plain_commits_move_reserved_to_in_use_with_journal_rows(
         wanted = made[row.idx - 1]
         assert (row.partition, row.queue, row.key) == (wanted.partition, wanted.queue, wanted.key)
         assert dict(zip(row.resources, row.amounts, strict=True)) == wanted.resources
-        done = resolve.committed(wanted.id, row)
+        done = commit_function.committed(wanted.id, row)
         assert done == ledger.get(wanted.id)
         assert done.state is ReservationState.COMMITTED
         assert done.committed == wanted.resources
@@ -497,7 +497,7 @@ def test_a_tracked_reservation_among_plain_ones_is_committed_with_its_counters(
     assert (by_idx[2].user_name, by_idx[2].application) == ("ann", "ann-app")
     assert (by_idx[1].user_name, by_idx[3].queue) == (None, "root.plain")
     for n, reservation in enumerate((before_plain, tracked, after_plain), 1):
-        assert resolve.committed(reservation.id, by_idx[n]) == ledger.get(reservation.id)
+        assert commit_function.committed(reservation.id, by_idx[n]) == ledger.get(reservation.id)
     assert journal(postgres_url, ids) == sorted(
         [
             (before_plain.id, "fpga", 1, "commit", "op-0"),

@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
-from quota_ledger.ledger import resolve
+from quota_ledger.ledger import commit_function
 from quota_ledger.model.values import Reservation
 
 BIGINT_MAX = 9223372036854775807
@@ -210,7 +210,7 @@ def test_one_call_commits_them_all_at_one_instant(ledger: QuotaEngine, postgres_
     (now,) = {row.resolved_at for row in answer}  # one instant for the whole call
     for row in answer:
         reservation = made[row.idx - 1]
-        assert resolve.committed(reservation.id, row) == ledger.get(reservation.id)
+        assert commit_function.committed(reservation.id, row) == ledger.get(reservation.id)
         assert (row.user_name, row.application) == (reservation.user, reservation.application)
     after = applications(postgres_url, "default")
     assert after.keys() == {"app-1", "app-2", "app-3", "app-4", "\tann\troot.org.team"}
