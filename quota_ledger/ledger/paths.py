@@ -9,8 +9,9 @@ Two things may decide instead, for speed, and both decide as the rule would:
   batching one call for a batch's reserves of a partition and one for its whole commits
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
-- with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition, and its
-  whole commits, decided by the rule together (:mod:`.reserve_set`, :mod:`.resolve_set`).
+- with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition
+  (:mod:`.reserve_set`), and its commits, whole or partial (:func:`.resolve.together`: the
+  function that resolves a commit alone, for all of them), decided by the rule together.
 
 :class:`Paths` is built once per engine from the driver and the batching setting and hands each
 operation its group-commit request (:class:`.group_commit.Deciders`): the step, and the function
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_set, resolve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
@@ -98,5 +99,7 @@ class Paths:
             step,
             by_function=batch_call if whole and self.batch_functions else None,
             alone=alone,
-            together=resolve_set.together(reservation_id, operation_id) if whole and self.sets else None,
+            together=resolve.together(self.rules, reservation_id, amounts, operation_id)
+            if self.sets
+            else None,
         )

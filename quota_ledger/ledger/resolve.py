@@ -23,7 +23,8 @@ would one after another, in order, at the instant the caller read from the datab
   leave the ResourceQuotas that count them.
 
 Commit and rollback lock their reservation (:func:`locked`) and resolve it as a set of one
-(:func:`commit_general`, :func:`rollback`, and the release of a pending reservation); the
+(:func:`commit_general`, :func:`rollback`, and the release of a pending reservation). On
+MariaDB and SQLite a batch's commits, whole or partial, are one set (:func:`together`); the
 expiry sweep's batches are sets (:mod:`.expire`). On PostgreSQL a whole commit may be decided
 first by the server function (:mod:`.commit_function`).
 """
@@ -33,14 +34,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.journal import journal_rows
-from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.ledger.group_decision import Together
 from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.counters import QUOTA, Counter
 from quota_ledger.model.errors import QuotaLedgerError, ReservationNotFound, ReservationStateError
@@ -394,3 +397,48 @@ def rollback(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reserva
     if current.state is not PENDING:
         return current
     return resolve_one(tx, rules, Resolution(stored, ROLLED_BACK), now)
+
+
+def together(
+    rules: CompiledRules, reservation_id: str, amounts: Mapping[str, int] | None, operation_id: str
+) -> Together[CommitOutcome]:
+    """How group commit decides a commit with the others of its batch (MariaDB, SQLite)."""
+    return Together(("commit",), (reservation_id, amounts, operation_id), partial(commit_set, rules=rules))
+
+
+def commit_set(
+    tx: LedgerTx, commits: Sequence[tuple[str, Mapping[str, int] | None, str]], rules: CompiledRules
+) -> dict[int, CommitOutcome]:
+    """Commit what can be committed of ``commits`` (reservation id, amounts, operation id) as
+    their steps would one after another, the reservations locked in id order with the clock (one
+    past its expiry is expired); each outcome, by its commit's place. Left to each one's step,
+    which says what it is: an unknown id, a repeat of an id, one that is not pending, amounts it
+    cannot commit, and one that would push a counter past the bigint range."""
+    stored, now = tx.lock_reservations(rid for rid, _, _ in commits)
+    if now is None:
+        return {}
+    found = {each.reservation.id: each for each in stored}
+    seen: set[str] = set()
+    places, wanted = [], []
+    for n, (rid, amounts, operation_id) in enumerate(commits):
+        each = found.get(rid)
+        if rid in seen or each is None or each.reservation.state is not PENDING:
+            continue
+        seen.add(rid)
+        try:
+            wanted.append(committing(each, amounts, operation_id, now))
+        except QuotaLedgerError:
+            continue  # its step raises it
+        places.append(n)
+    if not wanted:
+        return {}
+    undo = Undo(tx)
+    undo.before_write()
+    with undo.on_failure():
+        outcomes = resolve(tx, rules, wanted, now)
+    undo.release()
+    return {
+        n: (outcome, each.state is EXPIRED)
+        for n, each, outcome in zip(places, wanted, outcomes, strict=True)
+        if not isinstance(outcome, QuotaLedgerError)
+    }

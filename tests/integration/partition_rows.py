@@ -129,6 +129,12 @@ def partition_rows(url: URL, partition: str) -> Rows:
     }
 
 
+def without_areas(found: Rows) -> Rows:
+    """The rows but for the applications' areas: committed one by one, what a first commit put
+    in use accrues area until the next; committed together, at one instant, it does not."""
+    return {**found, "apps": [(*row[:8], *row[9:]) for row in found["apps"]]}
+
+
 def counters_of(found: Rows) -> dict[tuple[str, str, str], tuple[int, int, int | None]]:
     """The queue and subtree counters of :func:`partition_rows`: (in use, reserved, limit)."""
     return {

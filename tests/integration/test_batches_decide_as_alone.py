@@ -360,7 +360,7 @@ def test_keyed_tracked_and_new_queue_requests_in_one_batch(path_ledger: QuotaEng
     assert path_ledger.audit() == []
 
 
-def test_commits_in_a_batch_leave_repeats_unknown_expired_and_resolved_ids_to_their_steps(
+def test_commits_in_a_batch_decide_repeats_unknown_expired_resolved_and_partial_ids_as_alone(
     path_ledger: QuotaEngine, path_url: URL
 ) -> None:
     path_ledger.set_limits("root.c", {"fpga": 20})

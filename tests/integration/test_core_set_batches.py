@@ -1,28 +1,30 @@
 """Group commit's sets on MariaDB and SQLite (:mod:`quota_ledger.ledger.reserve_set`,
-:mod:`.reserve_set_tracking`, :mod:`.resolve_set`): what only these paths have.
+:mod:`.reserve_set_tracking`, :func:`.resolve.commit_set`): what only these paths have.
 
 What a batch decides, plain or tracked, is tested on every decision path
 (``test_batches_decide_as_alone.py``, ``test_tracked_batches.py``). Path-specific, and so
 here: that a set sends a few statements for the whole batch where the requests one by one send
-a dozen each; what a set leaves to each request's own step (a tracked commit whose application
-row is missing); and that a set that raises is undone to its savepoint and its requests are
+a dozen each; that a tracked commit whose application row is missing is committed by a set as by
+its own step; and that a set that raises is undone to its savepoint and its requests are
 decided by their steps in the same batch.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sql_rows import Statements
+from partition_rows import partition_rows, without_areas
+from sql_rows import Statements, execute
 from sqlalchemy import update
 from sqlalchemy.engine import URL
 
-from quota_ledger import OverQuota, QuotaEngine, ReservationNotFound, ReservationState
+from quota_ledger import OverQuota, QuotaEngine, ReservationNotFound, ReservationState, ReservationStateError
 from quota_ledger.driver.schema import quota_applications
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import resolve_set
+from quota_ledger.ledger import resolve
 from quota_ledger.ledger.group_commit import GroupCommit
 from quota_ledger.model.values import Reservation
 
@@ -158,18 +160,83 @@ def test_eight_tracked_commits_take_far_fewer_statements_as_a_set_than_one_by_on
     assert unbatched.audit() == []
 
 
-def test_a_tracked_commit_without_its_application_row_is_left_to_its_step(unbatched: QuotaEngine) -> None:
-    unbatched.apply_config(config("default"))
-    made = [
-        unbatched.reserve("root.org.lab", {"fpga": 1}, user=user, groups=["dev"], application=app)
-        for user, app in (
-            ("ann", "app-1"),
-            ("bob", "app-2"),
-            ("ann", "app-1"),
-            ("bob", "app-2"),
-            ("cid", None),
-        )
+def test_partial_and_late_commits_are_one_set_with_the_whole_ones(
+    core_db_url: URL, batched: QuotaEngine, unbatched: QuotaEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    unbatched.apply_config(config("set", "alone"))
+    wanted: list[tuple[dict[str, int], dict[str, Any], dict[str, int] | None]] = [
+        ({"fpga": 2}, {"user": "ann", "application": "app-1"}, None),
+        ({"fpga": 3, "memory": GI}, {"user": "ann", "application": "app-1"}, {"fpga": 1}),
+        ({"fpga": 1}, {"user": "bob", "application": "app-2"}, None),  # late: app-2 stops
+        ({"fpga": 1}, {"user": "cid"}, {"fpga": 0}),
+        ({"fpga": 1}, {"user": "ann", "application": "app-1"}, None),
     ]
+    made = {
+        partition: [
+            unbatched.reserve("root.org.lab", resources, partition=partition, groups=["dev"], **who)
+            for resources, who, _ in wanted
+        ]
+        for partition in ("set", "alone")
+    }
+    for partition in ("set", "alone"):
+        execute(
+            core_db_url,
+            "UPDATE reservations SET expires_at = created_at WHERE id = :id",
+            {"id": made[partition][2].id},
+        )
+    batched.driver.run(batched.rules.in_force)  # the configuration compiled before the count
+    sent = Statements(batched)
+    with caplog.at_level(logging.INFO, logger="quota_ledger.summary"):
+        together = batched.decide_all(
+            [
+                batched.prepare_commit(r.id, amounts)
+                for r, (_, _, amounts) in zip(made["set"], wanted, strict=True)
+            ]
+        )
+        statements = sent.count
+        alone = []
+        for r, (_, _, amounts) in zip(made["alone"], wanted, strict=True):
+            try:
+                alone.append(unbatched.commit(r.id, amounts))
+            except ReservationStateError as error:
+                alone.append(error)
+    assert statements <= 22  # one set: its locks, a savepoint, its writes (a partial commit: 2)
+    assert [type(o) for o in together] == [type(o) for o in alone]
+    assert [type(o) for o in together] == [*[Reservation] * 2, ReservationStateError, *[Reservation] * 2]
+    assert [o.committed for o in together if isinstance(o, Reservation)] == [
+        {"fpga": 2},
+        {"fpga": 1, "memory": 0},
+        {"fpga": 0},
+        {"fpga": 1},
+    ]
+    assert without_areas(partition_rows(core_db_url, "set")) == without_areas(
+        partition_rows(core_db_url, "alone")
+    )
+    stopped = [r.getMessage() for r in caplog.records if r.name == "quota_ledger.summary"]
+    assert len(stopped) == 2
+    assert all('"appId":"app-2"' in line and '"state":"Expired"' in line for line in stopped)
+    assert unbatched.audit() == []
+
+
+def test_a_tracked_commit_without_its_application_row_is_committed_as_alone(
+    core_db_url: URL, unbatched: QuotaEngine
+) -> None:
+    unbatched.apply_config(config("set", "alone"))
+    made = {
+        partition: [
+            unbatched.reserve(
+                "root.org.lab", {"fpga": 1}, partition=partition, user=user, groups=["dev"], application=app
+            )
+            for user, app in (
+                ("ann", "app-1"),
+                ("bob", "app-2"),
+                ("ann", "app-1"),
+                ("bob", "app-2"),
+                ("cid", None),
+            )
+        ]
+        for partition in ("set", "alone")
+    }
     a = quota_applications.c
 
     def hide(key: str, as_key: str) -> None:
@@ -178,19 +245,21 @@ def test_a_tracked_commit_without_its_application_row_is_left_to_its_step(unbatc
 
         unbatched.driver.run(work)
 
+    def alone(tx: LedgerTx) -> None:
+        for n, r in enumerate(made["alone"]):
+            resolve.commit_general(tx, unbatched.rules, r.id, None, f"op-{n}")
+
+    commits = [(r.id, None, f"op-{n}") for n, r in enumerate(made["set"])]
     hide("app-2", "hidden")
     try:
-        decided = unbatched.driver.run(
-            lambda tx: resolve_set.decide(tx, [(r.id, f"op-{n}") for n, r in enumerate(made)])
-        )
+        decided = unbatched.driver.run(lambda tx: resolve.commit_set(tx, commits, unbatched.rules))
+        unbatched.driver.run(alone)
     finally:
         hide("hidden", "app-2")
-    assert sorted(decided) == [0, 2, 4]
-    for n in (1, 3):
-        assert unbatched.get(made[n].id).state is ReservationState.PENDING
-    assert unbatched.audit() == []
-    for n in (1, 3):
-        assert unbatched.commit(made[n].id).state is ReservationState.COMMITTED
+    assert sorted(decided) == [0, 1, 2, 3, 4]  # as their steps: app-2's row is not there to move
+    assert without_areas(partition_rows(core_db_url, "set")) == without_areas(
+        partition_rows(core_db_url, "alone")
+    )
     assert unbatched.audit() == []
 
 

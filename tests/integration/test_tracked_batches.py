@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 import pytest
-from partition_rows import Rows, apps_of, identities_of, partition_rows
+from partition_rows import Rows, apps_of, identities_of, partition_rows, without_areas
 from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 
@@ -482,12 +482,6 @@ def five_seconds_ago(engine: QuotaEngine) -> None:
         tx.conn.execute(update(quota_journal).values(created_at=then))
 
     engine.driver.run(work)
-
-
-def without_areas(found: Rows) -> Rows:
-    """The rows but for the applications' areas: committed one by one, what a first commit put
-    in use accrues area until the next; committed together, at one instant, it does not."""
-    return {**found, "apps": [(*row[:8], *row[9:]) for row in found["apps"]]}
 
 
 def area(engine: QuotaEngine, partition: str, app_key: str) -> dict[str, Decimal]:
