@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.ledger import group_commit, reserve, reserve_set, resolve, resolve_set
+from quota_ledger.ledger import group_commit, reserve, reserve_function, resolve, resolve_set
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
@@ -63,16 +63,17 @@ class Paths:
 
     def reserve(self, request: ReserveRequest) -> group_commit.Deciders[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
-        batch_call = partial(reserve.by_function_in, rules=self.rules, request=request)
+        batch_call = partial(reserve_function.in_batch, rules=self.rules, request=request)
         alone = None
         if self.functions and request.resources:
-            alone = partial(reserve.by_function_or_general, self.driver, self.rules, self.bounds, request)
+            by_function = reserve_function.by_function_or_general
+            alone = partial(by_function, self.driver, self.rules, self.bounds, request)
         return group_commit.Deciders(
             step,
             (request.partition, request.queue),
             batch_call if self.batch_functions else None,
             alone,
-            reserve_set.together(self.rules, request) if self.sets else None,
+            reserve.together(self.rules, self.bounds, request) if self.sets else None,
         )
 
     def commit(
