@@ -10,7 +10,8 @@ Two things may decide instead, for speed, and both decide as the rule would:
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
 - with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition, and its
-  whole commits, decided by the rule together (:mod:`.reserve_set`, :mod:`.resolve_set`).
+  whole commits, decided by the rule together (:func:`.reserve.decide` for many, a request
+  alone being a set of one; :mod:`.resolve_set`).
 
 :class:`Paths` is built once per engine from the driver and the batching setting and hands each
 operation its group-commit request (:class:`.group_commit.Deciders`): the step, and the function

@@ -139,7 +139,8 @@ def decide(
         plan = _plan(tx, in_force, bounds, candidates, now, None, overruns)
         outcomes.update(plan.refused)
         if plan.admitted:
-            tx.apply_charges(plan.deltas, now)
+            with tx.writes_together():
+                tx.apply_charges(plan.deltas, now)
             outcomes[only.place] = only.request.pending(now)
         return outcomes
     candidates = _named(tx, partition, candidates)
