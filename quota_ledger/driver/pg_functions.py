@@ -23,7 +23,7 @@ to the rule. What one declines, it leaves untouched, and the general path decide
   - the first request that does not fit, and every one after it (the general path raises the
     refusal with every violation; the ones after see the state it leaves).
   The caller leaves to the general path, without calling, a request the admission rules of its
-  ResourceQuotas or the partition's unknown names refuse (:func:`.reserve.quota_charges`), so
+  ResourceQuotas or the partition's unknown names refuse (:func:`.reserve_function.quota_charges`), so
   that the refusal is raised with the configuration in force.
 ``quota_ledger_commit_many`` (whole commits) declines an id that is not a pending reservation
   in time (the general path returns a committed one, expires a late one on the spot, or raises),

@@ -53,13 +53,14 @@ class Together(Generic[T]):
     """How a request like this one is decided with others off PostgreSQL: those of a batch with
     equal ``group`` (two or more) go as one ``decide`` of their ``member`` values, in batch
     order, inside a savepoint of their own. ``decide`` returns the outcome of each member it
-    decided, by its place in the list (0-based); each other member's step decides it after.
-    It decides exactly as the steps of the members it decided would, run one after another."""
+    decided (its value, or its :class:`Refused` error), by its place in the list (0-based); each
+    other member's step decides it after. It decides exactly as the steps of the members it
+    decided would, run one after another."""
 
     group: tuple[Any, ...]
     member: Any
     #: undoes what it wrote when it raises (see :class:`~quota_ledger.driver.tx.Undo`)
-    decide: Callable[[LedgerTx, list[Any]], Mapping[int, T]]
+    decide: Callable[[LedgerTx, list[Any]], Mapping[int, T | Refused]]
 
 
 class Refused:

@@ -10,8 +10,9 @@ Two things may decide instead, for speed, and both decide as the rule would:
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
 - with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition
-  (:mod:`.reserve_set`), and its commits, whole or partial (:func:`.resolve.together`: the
-  function that resolves a commit alone, for all of them), decided by the rule together.
+  (:func:`.reserve.decide`, which decides a request alone as a set of one), and its commits,
+  whole or partial (:func:`.resolve.together`: the function that resolves a commit alone, for
+  all of them), decided by the rule together.
 
 :class:`Paths` is built once per engine from the driver and the batching setting and hands each
 operation its group-commit request (:class:`.group_commit.Deciders`): the step, and the function
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_set, resolve
+from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_function, resolve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
@@ -64,16 +65,17 @@ class Paths:
 
     def reserve(self, request: ReserveRequest) -> group_commit.Deciders[Reservation]:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
-        batch_call = partial(reserve.by_function_in, rules=self.rules, request=request)
+        batch_call = partial(reserve_function.in_batch, rules=self.rules, request=request)
         alone = None
         if self.functions and request.resources:
-            alone = partial(reserve.by_function_or_general, self.driver, self.rules, self.bounds, request)
+            by_function = reserve_function.by_function_or_general
+            alone = partial(by_function, self.driver, self.rules, self.bounds, request)
         return group_commit.Deciders(
             step,
             (request.partition, request.queue),
             batch_call if self.batch_functions else None,
             alone,
-            reserve_set.together(self.rules, request) if self.sets else None,
+            reserve.together(self.rules, self.bounds, request) if self.sets else None,
         )
 
     def commit(

@@ -1,67 +1,69 @@
-"""Reserve: one transaction that checks every limit on the way to root and holds the request.
+"""Reserve: the rule's path, for a request alone or a batch's set of them, on every backend.
 
-The general path (:func:`general`, a transaction of steps on :class:`LedgerTx`) locks the
-counters a request is charged to and asks the rule (:mod:`quota_ledger.model.charges`). On
-PostgreSQL ``quota_ledger_reserve_many`` may decide first, for the request alone or with its
-batch: which ResourceQuotas it is charged to, its group and the user/group counters that
-enforce it (with the limits a missing one is created with) are decided here from the
-configuration the engine last compiled (:func:`function_params`), and the function checks
-under the partition lock that this configuration is still in force. What it declines (listed
-in :mod:`quota_ledger.driver.pg_functions`), the general path decides.
+:func:`decide` reserves what can be reserved of a list of requests of one partition as they
+would be reserved one after another, in order, under the shared partition lock and the rules in
+force, in the lock order of :mod:`quota_ledger.driver.tx`:
 
-The general path creates the counters it needs in its own transaction, in the lock order of
-:mod:`quota_ledger.driver.tx`: the queue counters after locking those that exist, the
-user/group counters after the limits. A refusal rolls the inserts back with the rest, so a
-refused request leaves no trace.
+- the members' application rows are locked, opened in memory one after another and written
+  (:mod:`.reserve_tracking`);
+- the queues' own counters are locked, the missing ones (first uses) inserted and locked;
+- the subtree counters of the members' lineages are locked, ``applications`` too where a
+  member starts its application;
+- the user/group counters that enforce the members are locked, the missing ones (a user's
+  copies of a wildcard limit, a new group's) created from the application rows first, then the
+  ResourceQuota counters that count them;
+- the rule (:mod:`quota_ledger.model.charges`) admits or refuses each member in order, each
+  seeing what those admitted before it added; the reservations admitted are inserted and every
+  counter is updated once with the sum.
+
+A request alone (:func:`general`, the step of every reserve) is a set of one. It writes its
+reservation row first, right after the partition lock, so that a concurrent request with the
+same idempotency key waits on that row and then finds it; a set's members have no keys (group
+commit decides keyed requests alone), and their rows are inserted with the sums.
+
+A member the rule refuses leaves no trace: where it left a row of its own (its application row,
+a counter only it needed), the set goes back to a savepoint taken before its first write and
+decides again with the admitted ones only, which admits them again. A request alone is refused
+by raising, which rolls its transaction back.
+
+A set of many leaves to its members' own call (a set of one, which decides everything): one
+naming a resource no counter of the partition names yet (alone, it checks the partition's bound
+of names), and every member when the second pass does not admit what the first did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import partial
 
 from quota_ledger.config import typos
-from quota_ledger.config.rules import PartitionRules, Rules
-from quota_ledger.driver import pg_functions
-from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.config.identity import Key
+from quota_ledger.config.rules import PartitionRules
+from quota_ledger.driver.tx import LedgerTx, Undo
+from quota_ledger.kube.quotas import ResourceQuota
+from quota_ledger.ledger import reserve_tracking, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.group_decision import ByFunction
-from quota_ledger.model import arguments, charges, queues, tracking, validation
+from quota_ledger.ledger.group_decision import Refused, Together
+from quota_ledger.model import arguments, charges, queues, validation
 from quota_ledger.model.counters import Counter
-from quota_ledger.model.errors import InvalidRequest, MissingCoveringQuota, PodMissingResources
-from quota_ledger.model.quantity import APPLICATIONS
-from quota_ledger.model.requests import Identity, ReserveRequest
-from quota_ledger.model.tracking import AppState
+from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
+from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation, Violation
+
+#: what :func:`decide` says of a request: its reservation, or its refusal
+Outcome = Reservation | Refused
 
 
 def refusal(rules: PartitionRules, request: ReserveRequest) -> InvalidRequest | None:
     """The error of a request naming what its partition's configuration does not know, where
-    the partition refuses such names (:mod:`quota_ledger.config.typos`); None otherwise. Every
-    path asks it of the rules it decides with; the function paths and sets leave a refused
-    request to the general path, which raises it under the partition lock."""
+    the partition refuses such names (:mod:`quota_ledger.config.typos`); None otherwise."""
     if not request.checks_names or not rules.refuses_unknown_names:
         return None
     return typos.in_request(rules, request.queue, request.resources).refusal()
 
 
-def by_function_or_general(
-    driver: DbQuotaDriver, rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest
-) -> Reservation:
-    """Reserve ``request`` alone by the server function, or by the general path where the
-    function declines (:mod:`.paths` chooses this for PostgreSQL); raises the refusal."""
-    created = _by_function(driver, rules.known(driver.run), request)
-    if created is not None:
-        return request.pending(created)
-    # Declined: nothing was written, unless a lost connection hid our own commit; then the
-    # insert of the general path meets our id and its retry finds the reservation.
-    return driver.run(lambda tx: general(tx, rules, bounds, request))
-
-
-# -- the general path --------------------------------------------------------------------------
 def general(
     tx: LedgerTx,
     rules: CompiledRules,
@@ -69,187 +71,288 @@ def general(
     request: ReserveRequest,
     overruns: list[Violation] | None = None,
 ) -> Reservation:
-    """The general path's transaction.
+    """Reserve ``request`` alone: a set of one; raises its refusal.
 
     With ``overruns`` nothing is refused for a limit: the limits it breaks are appended to that
-    list instead (charging what already runs, :meth:`QuotaEngine.charge_pod`). Only this path
-    takes it; the function and set paths always refuse."""
-    partition, queue, positive = request.partition, request.queue, request.resources
-    if request.key is not None and (found := tx.find_reservation_by_key(partition, request.key)):
-        return arguments.same_request(found, partition, request.key, request.request_hash)
-    if tx.attempt and (found := tx.find_reservation(request.reservation_id)):
-        return found.reservation  # the first attempt committed before the connection dropped
+    list instead (charging what already runs, :meth:`QuotaEngine.charge_pod`)."""
+    outcome = decide(tx, [request], rules=rules, bounds=bounds, overruns=overruns)[0]
+    if isinstance(outcome, Refused):
+        raise outcome.error
+    return outcome
+
+
+def together(
+    rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest
+) -> Together[Reservation] | None:
+    """How group commit decides ``request`` with the other keyless ones of its partition
+    (None: it has a key, and is decided alone)."""
+    if request.key is not None:
+        return None
+    return Together(("reserve", request.partition), request, partial(decide, rules=rules, bounds=bounds))
+
+
+def decide(
+    tx: LedgerTx,
+    requests: Sequence[ReserveRequest],
+    *,
+    rules: CompiledRules,
+    bounds: validation.Bounds,
+    overruns: list[Violation] | None = None,
+) -> dict[int, Outcome]:
+    """Reserve what can be reserved of ``requests`` (of one partition) as they would be one
+    after another; the outcome of each request decided, by its place (a request alone is
+    always decided). ``overruns``: see :func:`general` (a request alone only)."""
+    alone = len(requests) == 1
+    outcomes: dict[int, Outcome] = {}
+    fresh: list[tuple[int, ReserveRequest]] = []
+    for n, request in enumerate(requests):
+        try:
+            found = _made_before(tx, request)
+        except QuotaLedgerError as error:
+            outcomes[n] = Refused(error)
+            continue
+        if found is not None:
+            outcomes[n] = found
+        else:
+            fresh.append((n, request))
+    if not fresh:
+        return outcomes
+    partition = requests[0].partition
     now = tx.lock_partition(partition, exclusive=False)
     in_force = rules.partition(tx, partition)
-    if (refused := refusal(in_force, request)) is not None:
+    candidates: list[_Candidate] = []
+    for n, request in fresh:
+        try:
+            quotas = _quotas(in_force, request, charging=overruns is not None)
+        except QuotaLedgerError as error:
+            outcomes[n] = Refused(error)
+            continue
+        candidates.append(_Candidate(n, request, quotas))
+    if not candidates:
+        return outcomes
+    if alone:
+        (only,) = candidates
+        # Our own new row first: a concurrent request with our key waits for it, then finds it.
+        tx.insert_reservation(only.request.pending(now), only.request.request_hash, only.request.kube)
+        if not only.request.resources:
+            tx.ensure_partition(partition, now)  # no counter will name it; the sweeper must
+        plan = _plan(tx, in_force, bounds, candidates, now, None, overruns)
+        outcomes.update(plan.refused)
+        if plan.admitted:
+            with tx.writes_together():
+                tx.apply_charges(plan.deltas, now)
+            outcomes[only.place] = only.request.pending(now)
+        return outcomes
+    candidates = _named(tx, partition, candidates)
+    if candidates:
+        outcomes.update(_decide_set(tx, in_force, bounds, candidates, now))
+    return outcomes
+
+
+def _made_before(tx: LedgerTx, request: ReserveRequest) -> Reservation | None:
+    """The reservation a request made already: its idempotency key's (or its conflict), or its
+    own when a first attempt may have committed before the connection dropped."""
+    if request.key is not None and (found := tx.find_reservation_by_key(request.partition, request.key)):
+        return arguments.same_request(found, request.partition, request.key, request.request_hash)
+    if tx.attempt and (found := tx.find_reservation(request.reservation_id)):
+        return found.reservation
+    return None
+
+
+def _quotas(rules: PartitionRules, request: ReserveRequest, *, charging: bool) -> list[ResourceQuota]:
+    """The ResourceQuotas a request is charged to; raises the refusal of a request the
+    partition's unknown names or the admission rules refuse. ``charging``: it runs already,
+    and is charged to the quotas it matches, covered or not."""
+    if charging:
+        return resource_quotas.matching(rules, request.queue, request.kube)
+    if (refused := refusal(rules, request)) is not None:
         raise refused
-    if overruns is None:
-        quotas = resource_quotas.admit(in_force, queue, request.namespace, request.kube, request.missing)
-    else:  # it runs already: charged to the quotas it matches, covered or not
-        quotas = resource_quotas.matching(in_force, queue, request.kube)
-    reservation = request.pending(now)
-    # Write our own new rows first and lock the shared counters last, so they are held only
-    # for check, update and commit.
-    tx.insert_reservation(reservation, request.request_hash, request.kube)
-    if not positive:
-        tx.ensure_partition(partition, now)  # no counters will name it; the sweeper must
-    app: AppState | None = None
-    if applications.tracked(request.user, request.application):
-        app = applications.open_app(
-            tx,
-            in_force,
-            partition=partition,
-            queue=queue,
-            user=request.user,
-            groups=request.groups,
-            application=request.application,
-            now=now,
-        )
-        tracking.add_reserved(app, positive)
-        applications.save(tx, app)
-    # A new application counts against every maxapplications on its way to root.
-    requested = {**positive, APPLICATIONS: 1} if app is not None and app.started_now else positive
-    checked = app is not None or bool(quotas) or overruns is not None
-    own = _lock_own(tx, bounds, request, requested, checked=checked, now=now)
-    limits = tx.lock_subtree_counters(partition, queues.lineage(queue), requested)
-    scoped = applications.lock_for_reserve(tx, in_force, app, requested, now) if app is not None else []
-    quota_usage: dict[str, int] = request.kube["usage"]
-    charged = resource_quotas.lock(tx, partition, queue, quotas, quota_usage)
-    counters = [*own, *limits, *scoped, *charged]
-    ask = charges.Ask(partition, charges.reserving(counters, requested, quota_usage), overruns is None)
-    decision = charges.decide_one(ask).admit()
-    if overruns is not None:
-        overruns += decision.violations
-    tx.apply_charges(decision.deltas, now)
-    return reservation
+    return resource_quotas.admit(rules, request.queue, request.namespace, request.kube, request.missing)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    place: int
+    request: ReserveRequest
+    #: the ResourceQuotas it is charged to
+    quotas: list[ResourceQuota]
+
+
+def _named(tx: LedgerTx, partition: str, candidates: list[_Candidate]) -> list[_Candidate]:
+    """Those of a set's ``candidates`` that name only resources the partition's counters name
+    already (the others are decided alone, which checks the partition's bound of names)."""
+    unnamed = tx.unnamed_resources(partition, {res for c in candidates for res in c.request.resources})
+    return [c for c in candidates if unnamed.isdisjoint(c.request.resources)]
+
+
+def _decide_set(
+    tx: LedgerTx,
+    rules: PartitionRules,
+    bounds: validation.Bounds,
+    candidates: Sequence[_Candidate],
+    now: datetime,
+) -> dict[int, Outcome]:
+    """Decide a set of many inside a savepoint taken before its first write, and insert the
+    reservations it admits."""
+    undo = Undo(tx)
+    with undo.on_failure():
+        plan = _plan(tx, rules, bounds, candidates, now, undo, None)
+        if plan.traces():
+            assert undo.savepoint is not None  # a trace is a write
+            undo.rollback()
+            kept = {m.place for m in plan.admitted}
+            again = [c for c in candidates if c.place in kept]
+            refused = plan.refused
+            plan = _plan(tx, rules, bounds, again, now, undo, None) if again else _Plan(members=[])
+            if {m.place for m in plan.admitted} != kept:
+                # cannot happen (the admitted ones saw the same rows): each is decided alone
+                undo.rollback()
+                return {}
+            plan.refused = refused
+        outcomes: dict[int, Outcome] = dict(plan.refused)
+        made = {m.place: m.request.pending(now) for m in plan.admitted}
+        if made:
+            undo.before_write()
+            with tx.writes_together():
+                tx.insert_reservations(
+                    [(made[m.place], m.request.request_hash, m.request.kube) for m in plan.admitted]
+                )
+                tx.apply_charges(plan.deltas, now)
+    undo.release()
+    outcomes.update(made)
+    return outcomes
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one pass over the members of a reserve decided."""
+
+    members: list[reserve_tracking.Member]
+    admitted: list[reserve_tracking.Member] = field(default_factory=list)
+    #: the refusals, by place
+    refused: dict[int, Outcome] = field(default_factory=dict)
+    #: the queue counters and user/group counters this pass created
+    made_pairs: set[tuple[str, str]] = field(default_factory=set)
+    made_keys: set[Key] = field(default_factory=set)
+    #: what the admitted members add to each counter
+    deltas: dict[charges.CounterKey, tuple[int, int]] = field(default_factory=dict)
+
+    def traces(self) -> bool:
+        """Whether a member that was not admitted left a row of its own: its application row
+        (written for every member), or a counter no admitted member needs."""
+        if len(self.admitted) == len(self.members):
+            return False
+        admitted = {m.place for m in self.admitted}
+        if any(m.app_key is not None for m in self.members if m.place not in admitted):
+            return True
+        pairs = {(m.request.queue, res) for m in self.admitted for res in m.request.resources}
+        keys = {key for m in self.admitted for key in m.scoped}
+        return not (self.made_pairs <= pairs and self.made_keys <= keys)
+
+
+def _plan(
+    tx: LedgerTx,
+    rules: PartitionRules,
+    bounds: validation.Bounds,
+    candidates: Sequence[_Candidate],
+    now: datetime,
+    undo: Undo | None,
+    overruns: list[Violation] | None,
+) -> _Plan:
+    """Lock (and create) what ``candidates`` need, in the lock order, and decide each member.
+    ``undo`` (a set of many): its savepoint is taken before the first write."""
+
+    def before_write() -> None:
+        if undo is not None:
+            undo.before_write()
+
+    partition = candidates[0].request.partition
+    found, apps = reserve_tracking.members(tx, rules, [(c.place, c.request) for c in candidates], now)
+    plan = _Plan(members=found, refused={n: Refused(error) for n, error in apps.refused.items()})
+    if not found:
+        return plan
+    if tracked := {m.app_key for m in found if m.app_key is not None}:
+        before_write()
+        reserve_tracking.save(tx, apps, tracked)
+    own, plan.made_pairs = _lock_own(tx, bounds, partition, found, now, before_write)
+    scopes = {scope for m in found for scope in queues.lineage(m.request.queue)}
+    subtree = tx.lock_subtree_counters(partition, scopes, {res for m in found for res in m.requested})
+    limits = {(c.scope, c.resource): c for c in subtree}
+    scoped, plan.made_keys = reserve_tracking.lock_counters(
+        tx, partition, found, apps, now, before_write=before_write
+    )
+    quotas = {c.place: c.quotas for c in candidates}
+    charged = resource_quotas.lock_many(
+        tx, partition, [(m.request.queue, quotas[m.place], m.request.kube["usage"]) for m in found]
+    )
+    asks = []
+    for member, counted in zip(found, charged, strict=True):
+        theirs = [scoped[key] for key in sorted(member.scoped) if key in scoped]
+        counters = [*_queue_counters(member, own, limits), *theirs, *counted]
+        moves = charges.reserving(counters, member.requested, member.request.kube["usage"])
+        asks.append(charges.Ask(partition, moves, overruns is None))
+    decided = charges.decide(asks)
+    for member, decision in zip(found, decided, strict=True):
+        if overruns is not None:
+            overruns += decision.violations
+        if (error := decision.refusal()) is not None:
+            plan.refused[member.place] = Refused(error)
+        else:
+            plan.admitted.append(member)
+    plan.deltas = charges.summed(d for d in decided if d.admitted)
+    return plan
+
+
+def _queue_counters(
+    member: reserve_tracking.Member,
+    own: Mapping[tuple[str, str], Counter],
+    limits: Mapping[tuple[str, str], Counter],
+) -> list[Counter]:
+    """The locked queue counters a member is charged to: its queue's own, then the limits of its
+    lineage (``applications`` too, where it starts its application), each in the lock order,
+    which is the order of the violations a refusal lists."""
+    queue = member.request.queue
+    mine = [c for resource in member.request.resources if (c := own.get((queue, resource))) is not None]
+    chain = queues.lineage(queue)
+    theirs = [c for scope in chain for resource in member.requested if (c := limits.get((scope, resource)))]
+    return sorted(mine, key=_lock_order) + sorted(theirs, key=_lock_order)
+
+
+def _lock_order(counter: Counter) -> tuple[str, str]:
+    return counter.scope, counter.resource
 
 
 def _lock_own(
     tx: LedgerTx,
     bounds: validation.Bounds,
-    request: ReserveRequest,
-    requested: Mapping[str, int],
-    *,
-    checked: bool,
+    partition: str,
+    found: Sequence[reserve_tracking.Member],
     now: datetime,
-) -> list[Counter]:
-    """Lock the queue's own counters of the request, creating those used for the first time.
-
-    ``checked``: user, group or quota limits are in play, which are checked (all together, so
-    that a refusal lists every broken limit) once the counters are locked. Without them the
-    queue limits are read first and a request they refuse is refused before any insert.
-    """
-    partition = request.partition
-    pairs = [(request.queue, r) for r in request.resources]
+    before_write: Callable[[], None],
+) -> tuple[dict[tuple[str, str], Counter], set[tuple[str, str]]]:
+    """Lock the queues' own counters of the members, creating those used for the first time;
+    the counters by (queue, resource), and those created."""
+    pairs = {(m.request.queue, res) for m in found for res in m.request.resources}
     savepoint = tx.savepoint()
     own = tx.lock_queue_counters(partition, pairs)
+    missing = pairs - own.keys()
     if savepoint is not None:
-        if len(own) == len(pairs):
+        if not missing:
             savepoint.commit()
         else:
             # Let go of the counters just locked (PostgreSQL): the missing ones are inserted
             # while this transaction holds no counter, then all are locked in order.
             savepoint.rollback()
-    if len(own) < len(pairs):
-        if not checked:
-            chain = queues.lineage(request.queue)
-            unlocked = tx.lock_subtree_counters(partition, chain, requested, lock=False)
-            charges.decide_one(charges.Ask(partition, charges.reserving(unlocked, requested))).admit()
-        # Only a resource the partition names nowhere yet can bring it over its bound of names.
-        if tx.unnamed_resources(partition, request.resources):
-            bounds.partition(tx.resource_names(partition) | set(request.resources), partition)
+    if missing:
+        # Only a resource the partition names nowhere yet can bring it over its bound of names
+        # (a set of many leaves such requests to be decided alone).
+        resources = {res for _, res in missing}
+        if tx.unnamed_resources(partition, resources):
+            bounds.partition(tx.resource_names(partition) | resources, partition)
+        before_write()
         # The partition's row first (PostgreSQL; elsewhere the partition lock made it): no
         # counter of a partition without its row exists for us to hold while we wait on it.
         tx.ensure_partition(partition, now)
-        tx.insert_queue_counters(partition, sorted(set(pairs) - own.keys()), now)
+        tx.insert_queue_counters(partition, sorted(missing), now)
         own = tx.lock_queue_counters(partition, pairs)
-    return list(own.values())
-
-
-# -- the PostgreSQL function path --------------------------------------------------------------
-def quota_charges(rules: Rules, request: ReserveRequest) -> list[tuple[str, str, int]] | None:
-    """The (quota, resource, amount) charges of a request under ``rules``, or None when the
-    admission rules or the partition's unknown names refuse it: the general path then decides
-    again under the partition lock (these ``rules`` may be out of date) and raises the refusal."""
-    if refusal(rules.partition(request.partition), request) is not None:
-        return None
-    try:
-        quotas = resource_quotas.admit(
-            rules.partition(request.partition),
-            request.queue,
-            request.namespace,
-            request.kube,
-            request.missing,
-        )
-    except (MissingCoveringQuota, PodMissingResources):
-        return None
-    usage: Mapping[str, int] = request.kube["usage"]
-    return [(key, name, usage[name]) for key, name in sorted(resource_quotas.charged_keys(quotas, usage))]
-
-
-def identity_of(rules: Rules, request: ReserveRequest) -> Identity:
-    """The application row and user/group counters a request is charged to, as the general
-    path would find them: a new named application also counts against its user's and group's
-    maxapplications (the function charges those only when it starts the application), and
-    a missing counter is created with the limit given here."""
-    user, application, groups = request.user, request.application, request.groups
-    if user is None and application is None:
-        return Identity(groups=groups)
-    found = rules.partition(request.partition)
-    group = applications.group_for(found, request.queue, user, groups)
-    requested = {**request.resources, APPLICATIONS: 1} if application is not None else request.resources
-    limits = applications.identity_limits(found, request.queue, user, group, requested)
-    return Identity(
-        user=user,
-        groups=groups,
-        application=application,
-        app_key=tracking.app_key(application, user, request.queue),
-        group=group,
-        counters=tuple((*key, requested[key[3]], limits[key]) for key in sorted(limits)),
-    )
-
-
-def _by_function(driver: DbQuotaDriver, rules: Rules, request: ReserveRequest) -> datetime | None:
-    """Reserve in one call of ``ledger_reserve_many`` for this request alone; the database clock
-    it was created at, or None when the function declined (nothing was written) or the admission
-    rules may refuse it."""
-    params = function_params(rules, request)
-    if params is None:
-        return None
-    call = pg_functions.reserve_many([params])
-    rows = driver.call(call.sql, call.params)
-    if not rows:
-        return None
-    created: datetime = rows[0][0]
-    return created
-
-
-def function_params(rules: Rules, request: ReserveRequest) -> dict[str, Any] | None:
-    """The request's part of a ``ledger_reserve_many`` call under ``rules``, or None when the
-    general path must decide it (see :mod:`quota_ledger.driver.pg_functions`)."""
-    quota_charged = quota_charges(rules, request)
-    if quota_charged is None:
-        return None
-    return pg_functions.reserve_params(request, rules.version, quota_charged, identity_of(rules, request))
-
-
-# -- in a batch (group commit) -----------------------------------------------------------------
-def by_function_in(
-    tx: LedgerTx, rules: CompiledRules, request: ReserveRequest
-) -> ByFunction[Reservation] | None:
-    """How ``ledger_reserve_many`` may reserve ``request`` with the batch's other reserves of its
-    partition; None off PostgreSQL or when the general path must decide it."""
-    if tx.pg is None or not request.resources:
-        return None
-    known = rules.known(lambda step: step(tx))
-    params = function_params(known, request)
-    if params is None:
-        return None
-
-    def finish(rows: list[Any]) -> Reservation | None:
-        created: datetime | None = rows[0][0]
-        return None if created is None else request.pending(created)
-
-    # the requests of one partition and configuration version are reserved together
-    group = ("reserve", request.partition, known.version)
-    return ByFunction(group, params, pg_functions.reserve_many, finish)
+    return own, missing

@@ -73,17 +73,26 @@ def charged_keys(quotas: Iterable[ResourceQuota], usage: Mapping[str, int]) -> s
     return {(q.key, name) for q in quotas for name in q.tracked() if usage.get(name, 0) > 0}
 
 
-def lock(
-    tx: LedgerTx, partition: str, queue: str, quotas: Sequence[ResourceQuota], usage: Mapping[str, int]
-) -> list[Counter]:
-    """Lock the counters of ``quotas`` for the resources ``usage`` consumes."""
-    wanted = charged_keys(quotas, usage)
-    if not wanted:
-        return []
+def lock_many(
+    tx: LedgerTx,
+    partition: str,
+    charged: Sequence[tuple[str, Sequence[ResourceQuota], Mapping[str, int]]],
+) -> list[list[Counter]]:
+    """Lock the counters that requests (queue, quotas, usage) are charged to, with one
+    statement; each request's counters, in order."""
+    wanted = [{(key, name) for key, name in charged_keys(quotas, usage)} for _, quotas, usage in charged]
+    if not any(wanted):
+        return [[] for _ in charged]
     found = tx.lock_identity_counters(
-        partition, {(QUOTA, key) for key, _ in wanted}, [queue], {name for _, name in wanted}
+        partition,
+        {(QUOTA, key) for each in wanted for key, _ in each},
+        {queue for (queue, _, _), each in zip(charged, wanted, strict=True) if each},
+        {name for each in wanted for _, name in each},
     )
-    return [c for c in found if (c.name, c.resource) in wanted]
+    return [
+        [c for c in found if c.scope == queue and (c.name, c.resource) in each]
+        for (queue, _, _), each in zip(charged, wanted, strict=True)
+    ]
 
 
 def desired(

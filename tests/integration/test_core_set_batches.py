@@ -1,5 +1,5 @@
-"""Group commit's sets on MariaDB and SQLite (:mod:`quota_ledger.ledger.reserve_set`,
-:mod:`.reserve_set_tracking`, :func:`.resolve.commit_set`): what only these paths have.
+"""Group commit's sets on MariaDB and SQLite (:func:`quota_ledger.ledger.reserve.decide` for
+many requests, :func:`.resolve.commit_set`): what only these paths have.
 
 What a batch decides, plain or tracked, is tested on every decision path
 (``test_batches_decide_as_alone.py``, ``test_tracked_batches.py``). Path-specific, and so

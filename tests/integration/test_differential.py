@@ -43,7 +43,7 @@ from quota_ledger import OverQuota, QuotaEngine
 from quota_ledger.driver import sql
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.kube import pods
-from quota_ledger.ledger import commit_function, configure, reserve, resolve
+from quota_ledger.ledger import commit_function, configure, reserve, reserve_function, resolve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import requests as reserve_requests
 from quota_ledger.model import validation
@@ -361,7 +361,7 @@ def reserve_by_function(
     tx: LedgerTx, rules: CompiledRules, requests: Sequence[ReserveRequest]
 ) -> dict[int, Reservation]:
     """What one ``quota_ledger_reserve_many`` call admits: each place, with its reservation."""
-    made = by_one_call(tx, [reserve.by_function_in(tx, rules, request) for request in requests])
+    made = by_one_call(tx, [reserve_function.in_batch(tx, rules, request) for request in requests])
     return {place: timeless(reservation) for place, reservation in made.items()}
 
 

@@ -36,7 +36,7 @@ from quota_ledger import (
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import reserve
+from quota_ledger.ledger import reserve_function
 from quota_ledger.ledger.group_commit import Deciders, GroupCommit
 from quota_ledger.model import requests
 from quota_ledger.model.values import Reservation
@@ -460,7 +460,7 @@ def test_the_set_functions_decline_without_aborting_the_transaction(postgres_url
                 kube={"usage": {}, "scopes": {"priorityClass": None}},
                 namespace="a",
             )
-            call = reserve.by_function_in(tx, engine.rules, request)
+            call = reserve_function.in_batch(tx, engine.rules, request)
             assert call is not None
             assert tx.pg is not None
             (rows,) = tx.pg.pipelined([call.build([call.params])])

@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call
-from quota_ledger.ledger import commit_function, reserve
+from quota_ledger.ledger import commit_function, reserve_function
 from quota_ledger.model import requests
 
 GI = 1 << 30
@@ -72,8 +72,8 @@ def plain(
         namespace=queue.rsplit(".", 1)[-1],
     )
     known = engine.driver.run(lambda tx: engine.rules.known(lambda step: step(tx)))
-    charges = reserve.quota_charges(known, request)
-    identity = reserve.identity_of(known, request)
+    charges = reserve_function.quota_charges(known, request)
+    identity = reserve_function.identity_of(known, request)
     assert charges == []  # a plain one
     assert identity.app_key is None
     assert not identity.counters

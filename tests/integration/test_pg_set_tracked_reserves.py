@@ -24,7 +24,7 @@ from quota_ledger import OverQuota, QuotaEngine, Reservation
 from quota_ledger.driver import pg_functions
 from quota_ledger.driver.pg_cursor import Call, PgCursor
 from quota_ledger.kube import pods
-from quota_ledger.ledger import reserve
+from quota_ledger.ledger import reserve_function
 from quota_ledger.model import requests
 from quota_ledger.model.requests import ReserveRequest
 
@@ -73,9 +73,11 @@ def ledger(postgres_url: URL) -> Iterator[QuotaEngine]:
 def params(engine: QuotaEngine, request: ReserveRequest) -> dict[str, Any]:
     """The parameters of a request's own call, as a batch collects them."""
     known = engine.driver.run(lambda tx: engine.rules.known(lambda step: step(tx)))
-    charges = reserve.quota_charges(known, request)
+    charges = reserve_function.quota_charges(known, request)
     assert charges is not None
-    return pg_functions.reserve_params(request, known.version, charges, reserve.identity_of(known, request))
+    return pg_functions.reserve_params(
+        request, known.version, charges, reserve_function.identity_of(known, request)
+    )
 
 
 def tracked(

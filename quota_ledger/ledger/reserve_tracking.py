@@ -1,16 +1,12 @@
-"""The application and user/group part of a reserve set (:mod:`quota_ledger.ledger.reserve_set`).
+"""The application and user/group part of a reserve (:mod:`quota_ledger.ledger.reserve`).
 
-What :func:`.applications.open_app`, :func:`.applications.save` and
-:func:`.applications.lock_for_reserve` do for one reservation, done for the members of a set
-in batch order, each seeing those before it: their application rows are locked with one
-statement and changed in memory (a new application is started by its first member only, which
-then counts ``applications: 1``), written with one insert and one update, and the user/group
-counters that enforce them are locked together, the missing ones created first with what the
-application rows held *before* the set (the set adds its own members' deltas once it has
-decided them, as each step adds its own request to counters it created).
-
-A request is left to its step when its application row is finished (its step starts a new
-run) or belongs to another user or queue (its step refuses it).
+The requests of a reserve (one, or a batch's set) are opened in order, each seeing those before
+it: their application rows are locked with one statement and changed in memory (a new
+application, or a new run of a finished one, is started by its first request only, which then
+counts ``applications: 1``; a request naming another user's or queue's application is refused),
+written with one insert and one update, and the user/group counters that enforce them are locked
+together, the missing ones created first with what the application rows held *before* the
+reserve (the reserve adds its own requests' deltas once it has decided them).
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.ledger import applications
 from quota_ledger.model import tracking
 from quota_ledger.model.counters import Counter
+from quota_ledger.model.errors import QuotaLedgerError
 from quota_ledger.model.quantity import APPLICATIONS
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.tracking import AppState
@@ -34,7 +31,7 @@ from quota_ledger.model.tracking import AppState
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """A request decided in a set, as its general path would see it after those before it."""
+    """A request of a reserve, as it sees the ledger after the requests before it."""
 
     place: int
     request: ReserveRequest
@@ -48,10 +45,12 @@ class Member:
 
 @dataclass(slots=True)
 class Apps:
-    """The application rows of a set's members: as locked before the set, and as it leaves them."""
+    """The application rows of a reserve's requests: as locked before it, and as it leaves them."""
 
     before: dict[str, AppState]
     after: dict[str, AppState]
+    #: the requests refused for their application row (another user's or queue's), by place
+    refused: dict[int, QuotaLedgerError] = field(default_factory=dict)
 
 
 def members(
@@ -61,34 +60,42 @@ def members(
     now: datetime,
 ) -> tuple[list[Member], Apps]:
     """Lock the application rows of ``candidates`` (step 4 of the lock order) and open each
-    tracked one's application in memory, in order; the members (candidates not left to their
-    steps) and the rows."""
+    tracked one's application in memory, in order; the members (those not refused for their
+    application row) and the rows."""
     partition = candidates[0][1].partition
     keys = {key for _, r in candidates if (key := key_of(r)) is not None}
     before = tx.lock_apps(partition, keys)
-    after = {key: copy.deepcopy(app) for key, app in before.items()}
+    apps = Apps(before=before, after={key: copy.deepcopy(app) for key, app in before.items()})
     found: list[Member] = []
-    aside: set[str] = set()
     for place, request in candidates:
         key = key_of(request)
         if key is None:
             found.append(Member(place=place, request=request, requested=dict(request.resources)))
             continue
-        app = after.get(key)
+        app = apps.after.get(key)
         started = False
-        if app is None:
-            group = applications.group_for(rules, request.queue, request.user, request.groups)
-            app = tracking.new_app(partition, request.application, request.user, request.queue, group, now)
-            after[key] = app
+        if app is None or app.state == tracking.FINISHED:
+            # Nothing of a finished application is held: YuniKorn has forgotten it, so its id
+            # is free for any user and queue.
+            user, queue = request.user, request.queue
+            group = applications.group_for(rules, queue, user, request.groups)
+            if app is None:
+                app = tracking.new_app(partition, request.application, user, queue, group, now)
+                apps.after[key] = app
+            else:
+                tracking.restart(app, group, now, user=user, queue=queue)
             started = app.counts
-        elif key in aside or app.state == tracking.FINISHED or not _owns(app, request):
-            aside.add(key)  # its step starts a new run, or refuses it; those after it wait
-            continue
+        else:
+            try:
+                applications.check_owner(app, request.user, request.queue)
+            except QuotaLedgerError as error:
+                apps.refused[place] = error
+                continue
         tracking.add_reserved(app, request.resources)
         requested = {**request.resources, APPLICATIONS: 1} if started else dict(request.resources)
         scoped = applications.identity_limits(rules, app.queue, app.user, app.group, requested)
         found.append(Member(place=place, request=request, requested=requested, scoped=scoped, app_key=key))
-    return found, Apps(before=before, after=after)
+    return found, apps
 
 
 def save(tx: LedgerTx, apps: Apps, keys: Iterable[str]) -> None:
@@ -138,7 +145,3 @@ def key_of(request: ReserveRequest) -> str | None:
     if not applications.tracked(request.user, request.application):
         return None
     return tracking.app_key(request.application, request.user, request.queue)
-
-
-def _owns(app: AppState, request: ReserveRequest) -> bool:
-    return app.user == request.user and app.queue == request.queue
