@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from http_support import Service
+from test_cli_remote import cli
 
 from quota_ledger.runtime import tokens
 
@@ -102,3 +103,23 @@ def test_a_restricted_token_sees_no_holders_above_its_queue(service: Service) ->
             [],
         )
         assert "bob" not in refused.text
+
+
+def test_the_cli_over_http_dry_runs_as_the_service_does(service: Service) -> None:
+    with service.client("admin") as admin:
+        assert admin.put(
+            "/v1/config", content=CONFIG, headers={"Content-Type": "application/yaml"}
+        ).is_success
+    with service.client("service") as client:
+        body = {"queue": "root.p.b", "resources": {"fpga": 2}, "user": "bob"}
+        assert client.post("/v1/reservations", json=body).status_code == 201
+    fits = cli(service, "reserve", "root.p.a", "fpga=2", "--dry-run", role="service")
+    assert (fits.returncode, fits.stdout.strip()) == (0, "would be admitted now")
+    over = cli(service, "reserve", "root.p.a", "fpga=3", "--dry-run", role="service")
+    assert over.returncode == 3, over.stderr
+    assert over.stdout.splitlines() == [
+        "would be refused: 1 limit stops it",
+        "  fpga at root.p: limit 4, in use 0, reserved 2, requested 3, available 2; short by 1",
+        "    largest holders:",
+        "      user bob in root.p.b: 2 (in use 0, reserved 2)",
+    ]
