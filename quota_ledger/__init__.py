@@ -43,8 +43,12 @@ if TYPE_CHECKING:
     )
     from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
     from quota_ledger.model.values import (
+        Blocker,
         ConfigProblem,
         Drift,
+        Explanation,
+        Holder,
+        HolderKind,
         IdleCounter,
         LimitsVersion,
         Reservation,
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "AmbiguousReservationId": "quota_ledger.model.errors",
     "ApplicationNotFound": "quota_ledger.model.errors",
+    "Blocker": "quota_ledger.model.values",
     "ConfigDiff": "quota_ledger.config.diff",
     "ConfigError": "quota_ledger.model.errors",
     "ConfigProblem": "quota_ledger.model.values",
@@ -67,7 +72,10 @@ _HOMES = {
     "DatabaseUnreachable": "quota_ledger.model.errors",
     "DbQuotaDriver": "quota_ledger.driver",
     "Drift": "quota_ledger.model.values",
+    "Explanation": "quota_ledger.model.values",
     "GroupNotFound": "quota_ledger.model.errors",
+    "Holder": "quota_ledger.model.values",
+    "HolderKind": "quota_ledger.model.values",
     "IdempotencyConflict": "quota_ledger.model.errors",
     "IdleCounter": "quota_ledger.model.values",
     "InvalidCommit": "quota_ledger.model.errors",
@@ -128,6 +136,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AmbiguousReservationId",
     "ApplicationNotFound",
+    "Blocker",
     "ConfigDiff",
     "ConfigError",
     "ConfigProblem",
@@ -136,7 +145,10 @@ __all__ = [
     "DatabaseUnreachable",
     "DbQuotaDriver",
     "Drift",
+    "Explanation",
     "GroupNotFound",
+    "Holder",
+    "HolderKind",
     "IdempotencyConflict",
     "IdleCounter",
     "InvalidCommit",

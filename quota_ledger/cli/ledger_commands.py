@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from quota_ledger.cli import help_text, output, views
+from quota_ledger.cli import explain_view, help_text, output, views
 from quota_ledger.cli.arguments import resource_pairs
 from quota_ledger.cli.exit_codes import EXIT_OVER_QUOTA, MEANINGS
+from quota_ledger.model.errors import OverQuota
 
 if TYPE_CHECKING:
     from quota_ledger.cli.parser import SharedOptions, Subcommands
@@ -83,6 +84,11 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         "--key", metavar="K", help="idempotency key (request id): a retry with it gets the same reservation"
     )
     p.add_argument("--priority-class", metavar="PC", help="the Kubernetes priority class it is for")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write nothing: say whether the request would be admitted now, and what stops it",
+    )
     p.set_defaults(handler=_reserve)
     p = help_text.add_command(
         sub,
@@ -166,17 +172,34 @@ def _limits_show(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) ->
 
 
 def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
-    made = engine.reserve(
-        args.queue,
-        resource_pairs(args.resources),
-        partition=args.partition,
-        user=args.user,
-        groups=args.group or (),
-        application=args.application,
-        priority_class=args.priority_class,
-        ttl=args.ttl,
-        key=args.key,
-    )
+    request: dict[str, Any] = {
+        "partition": args.partition,
+        "user": args.user,
+        "groups": args.group or (),
+        "application": args.application,
+        "priority_class": args.priority_class,
+        "ttl": args.ttl,
+        "key": args.key,
+    }
+    resources = resource_pairs(args.resources)
+    if args.dry_run:
+        explained = engine.explain(args.queue, resources, **request)
+        if args.json:
+            output.emit(explain_view.as_dict(explained))
+        else:
+            print("\n".join(explain_view.lines(explained)))
+        return 0 if explained.admitted else EXIT_OVER_QUOTA
+    try:
+        made = engine.reserve(args.queue, resources, **request)
+    except OverQuota as refused:
+        if args.json:
+            raise
+        # Who holds the capacity, as it stands now (a second look: it may have changed).
+        again = engine.explain(args.queue, resources, **request)
+        print(f"error: {refused}", file=sys.stderr)
+        for blocker in again.blockers:
+            print("\n".join(explain_view.blocker_lines(blocker)), file=sys.stderr)
+        return EXIT_OVER_QUOTA
     for warning in made.warnings:  # on stderr: --json output stays one document
         print(f"warning: {warning}", file=sys.stderr)
     return output.reservation(args, made)

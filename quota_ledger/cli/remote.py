@@ -21,8 +21,12 @@ from quota_ledger.cli import credentials
 from quota_ledger.config.diff import ConfigDiff
 from quota_ledger.model import errors
 from quota_ledger.model.values import (
+    Blocker,
     ConfigProblem,
     Drift,
+    Explanation,
+    Holder,
+    HolderKind,
     IdleCounter,
     LimitsVersion,
     Reservation,
@@ -74,6 +78,18 @@ class RemoteEngine:
     def reserve(self, queue: str, resources: Mapping[str, Any], **options: Any) -> Reservation:
         body = {"queue": queue, "resources": dict(resources), **_options(options)}
         return _reservation(self._call("POST", "/v1/reservations", json=body))
+
+    def explain(self, queue: str, resources: Mapping[str, Any], **options: Any) -> Explanation:
+        """``POST /v1/reservations?dryRun=All``: 201 admitted, 409 with the blockers."""
+        body = {"queue": queue, "resources": dict(resources), **_options(options)}
+        try:
+            response = self.client.post("/v1/reservations", params={"dryRun": "All"}, json=body)
+        except self._httpx.HTTPError as error:
+            raise errors.DatabaseUnavailable(f"service unreachable: {error}") from error
+        found = response.json() if response.status_code in (201, 409) else None
+        if not isinstance(found, dict) or "admitted" not in found:
+            raise _error(response)
+        return _explanation(found)
 
     def reserve_pod(
         self, pod: Any, *, partition: str = "default", ttl: float | None = None, key: str | None = None
@@ -362,3 +378,21 @@ def _unknown_name(code: str, message: str, details: Mapping[str, Any]) -> errors
         )
     refused.args = (message,)  # the service's words, already complete
     return refused
+
+
+def _explanation(found: Mapping[str, Any]) -> Explanation:
+    fields = {f.name for f in dataclasses.fields(Violation)}
+    holder_fields = {f.name for f in dataclasses.fields(Holder)}
+    blockers = tuple(
+        Blocker(
+            violation=Violation(**{k: v for k, v in b["violation"].items() if k in fields}),
+            holders=tuple(
+                Holder(
+                    **{**{k: v for k, v in h.items() if k in holder_fields}, "kind": HolderKind(h["kind"])}
+                )
+                for h in b.get("holders", [])
+            ),
+        )
+        for b in found.get("blockers", [])
+    )
+    return Explanation(admitted=bool(found["admitted"]), blockers=blockers, ahead=found.get("ahead"))

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.engine.base import DEFAULT_TTL
 from quota_ledger.engine.configuration import Configuration
+from quota_ledger.engine.explanations import Explanations
 from quota_ledger.engine.kubernetes import KubernetesObjects
 from quota_ledger.engine.maintenance import Maintenance
 from quota_ledger.engine.reservations import Reservations
@@ -25,7 +26,7 @@ from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 
 
-class QuotaEngine(Reservations, Configuration, KubernetesObjects, UsageReports, Maintenance):
+class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, UsageReports, Maintenance):
     """Reserve resources against queue limits, then commit or roll back.
 
     Every method is one database transaction (retried as a whole on transient failures) and

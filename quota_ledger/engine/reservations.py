@@ -92,6 +92,41 @@ class Reservations(EngineBase):
     ) -> Operation[Reservation]:
         """:meth:`reserve` checked but not decided yet (:meth:`decide_all`); raises what
         :meth:`reserve` raises for its arguments."""
+        return self._reservation(
+            self._reserve_request(
+                queue,
+                resources,
+                partition=partition,
+                user=user,
+                groups=groups,
+                application=application,
+                priority_class=priority_class,
+                ttl=ttl,
+                key=key,
+                terminating=terminating,
+                best_effort=best_effort,
+                cross_namespace_affinity=cross_namespace_affinity,
+            )
+        )
+
+    def _reserve_request(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
+    ) -> ReserveRequest:
+        """The checked request :meth:`reserve` decides; raises what :meth:`reserve` raises for
+        its arguments."""
         validation.partition(partition)
         validation.queue(queue)
         amounts = self._bounded(resources, self.bounds.request)
@@ -109,7 +144,7 @@ class Reservations(EngineBase):
             best_effort=derived.best_effort if best_effort is None else best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
         )
-        request = requests.build(
+        return requests.build(
             partition=partition,
             queue=queue,
             resources=positive,
@@ -123,7 +158,6 @@ class Reservations(EngineBase):
             namespace=queue.rsplit(".", 1)[-1],
             checks_names=True,
         )
-        return self._reservation(request)
 
     def reserve_pod(
         self,

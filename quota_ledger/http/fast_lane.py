@@ -1,7 +1,7 @@
 """The hot routes' plain requests, answered without FastAPI's routing and dependency resolution.
 
 ``POST /v1/reservations`` with a JSON body and no ``Idempotency-Key`` header, and ``POST
-/v1/reservations/{id}/commit`` or ``/rollback`` without a body, from a bearer token already
+/v1/reservations/{id}/commit`` or ``/rollback`` without a body or a query string, from a bearer token already
 verified (in the token cache) whose role allows them. Profiled, FastAPI's route matching and
 dependency resolution took about half of such a request's Python. This lane runs the same
 :class:`~quota_ledger.http.ledger_ops.LedgerOps` call on the same thread pool and answers with
@@ -44,7 +44,7 @@ class FastLane:
         self.ops = ops
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("query_string"):
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]

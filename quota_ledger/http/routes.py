@@ -8,7 +8,15 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Requ
 from starlette.concurrency import run_in_threadpool
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import config_models, config_views, ledger_ops, models, reservation_list, scoped
+from quota_ledger.http import (
+    config_models,
+    config_views,
+    dry_run,
+    ledger_ops,
+    models,
+    reservation_list,
+    scoped,
+)
 from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
@@ -46,9 +54,16 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         body: models.ReserveBody,
         token: Annotated[Token, service],
         idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+        dry: Annotated[Literal["All"] | None, Query(alias="dryRun")] = None,
     ) -> Response:
-        """Reserve resources in a queue (all or nothing), or what a Kubernetes Pod needs."""
+        """Reserve resources in a queue (all or nothing), or what a Kubernetes Pod needs.
+
+        With ``?dryRun=All`` nothing is written: the answer is the decision the request would
+        get now (201, or 409 over a limit) with its explanation: every limit that stops it and
+        the largest holders of what each counts."""
         key = body.key if body.key is not None else idempotency_key
+        if dry is not None:
+            return dry_run.explain(engine, body, token, key)
         return ledger_ops.reservation_response(ops.reserve(body, token, key), 201)
 
     @router.get(

@@ -109,8 +109,13 @@ class ScopedOverQuota(OverQuota):
         #: per violation: whether its usage is hidden (a queue outside the token's subtree)
         self.hidden = tuple(hidden)
         shown = zip(violations, self.hidden, strict=True)
-        parts = "; ".join(_describe_hidden(v) if hide else v.describe() for v, hide in shown)
+        parts = "; ".join(describe(v, hide) for v, hide in shown)
         self.args = (f"over quota: {parts}",)
+
+
+def describe(violation: Violation, hidden: bool) -> str:
+    """One line of a refusal: without the limit's usage when ``hidden``."""
+    return _describe_hidden(violation) if hidden else violation.describe()
 
 
 def _describe_hidden(violation: Violation) -> str:

@@ -81,6 +81,11 @@ class Violation:
         """``limit - (in_use + reserved)``: what may still be requested (negative when over)."""
         return self.limit - (self.in_use + self.reserved)
 
+    @property
+    def shortfall(self) -> int:
+        """How much the request asks for beyond what is available: ``requested - available``."""
+        return self.requested - self.available
+
     def describe(self) -> str:
         """One line in the resource's own units, as ``kubectl describe quota`` prints:
         ``memory at root.a: limit 8Gi, in use 0, reserved 0, requested 9Gi, available 8Gi``."""
@@ -100,6 +105,67 @@ class Violation:
             f"reserved {human(self.reserved)}, requested {human(self.requested)}, "
             f"available {human(self.available)}"
         )
+
+
+class HolderKind(enum.StrEnum):
+    """Who a :class:`Holder` is."""
+
+    #: a named application (its id is the holder's name)
+    APPLICATION = "application"
+    #: a user's reservations that name no application
+    USER = "user"
+    #: a queue's reservations that name neither a user nor an application
+    QUEUE = "queue"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Holder:
+    """One of the largest holders of what a limit counts, in one resource."""
+
+    kind: HolderKind
+    name: str
+    #: the queue it holds in
+    queue: str
+    in_use: int
+    reserved: int
+
+    @property
+    def held(self) -> int:
+        """``in_use + reserved``."""
+        return self.in_use + self.reserved
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blocker:
+    """A limit that stops a request, with the largest holders of what it counts (at most five,
+    the largest first)."""
+
+    violation: Violation
+    holders: tuple[Holder, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Explanation:
+    """What :meth:`QuotaEngine.explain` says of a request, without writing anything: whether
+    :meth:`QuotaEngine.reserve` would admit it now and, if not, every limit that stops it."""
+
+    admitted: bool
+    #: one for each limit that stops the request (none when admitted), in the order of
+    #: :attr:`OverQuota.violations`
+    blockers: tuple[Blocker, ...] = ()
+    #: for a request that would wait for capacity, how many requests are ahead of it in line;
+    #: None when it would not wait
+    ahead: int | None = None
+
+    @property
+    def violations(self) -> list[Violation]:
+        """The limits that stop the request: what :class:`OverQuota` would carry."""
+        return [b.violation for b in self.blockers]
+
+    @property
+    def holders(self) -> dict[Violation, tuple[Holder, ...]]:
+        """The largest holders of what each violated limit counts."""
+        return {b.violation: b.holders for b in self.blockers}
 
 
 class Charged(enum.StrEnum):

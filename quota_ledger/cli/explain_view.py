@@ -1,0 +1,87 @@
+"""How the command prints an explanation (``reserve --dry-run``, and after a refusal): every
+limit that stops the request, by how much, and the largest holders of what it counts, in each
+resource's own units."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from quota_ledger.model.quantity import format_human
+from quota_ledger.model.values import Blocker, Explanation, Holder, Violation
+
+
+def lines(explained: Explanation) -> list[str]:
+    """The explanation as lines of text."""
+    if explained.admitted:
+        return ["would be admitted now"]
+    count = len(explained.blockers)
+    found = [f"would be refused: {count} limit{'s' * (count != 1)} stop{'s' * (count == 1)} it"]
+    for blocker in explained.blockers:
+        found += blocker_lines(blocker)
+    return found
+
+
+def blocker_lines(blocker: Blocker) -> list[str]:
+    """One limit that stops a request, then its holders, indented."""
+    violation = blocker.violation
+    short = (
+        "" if _hidden(violation) else f"; short by {format_human(violation.resource, violation.shortfall)}"
+    )
+    found = [f"  {describe(violation)}{short}"]
+    if blocker.holders:
+        found.append("    largest holders:")
+        found += [f"      {holder_line(violation.resource, h)}" for h in blocker.holders]
+    return found
+
+
+def describe(violation: Violation) -> str:
+    """A violation in one line; without its usage where the service hid it (a limit outside a
+    restricted token's queue)."""
+    if not _hidden(violation):
+        return violation.describe()
+    who = f" for {violation.kind} {violation.name}" if violation.name is not None else ""
+
+    def human(units: int) -> str:
+        return format_human(violation.resource, units)
+
+    where = f"{violation.resource} at {violation.scope}{who}"
+    return f"{where}: limit {human(violation.limit)}, requested {human(violation.requested)}"
+
+
+def holder_line(resource: str, holder: Holder) -> str:
+    def human(units: int) -> str:
+        return format_human(resource, units)
+
+    return (
+        f"{holder.kind} {holder.name} in {holder.queue}: {human(holder.held)} "
+        f"(in use {human(holder.in_use)}, reserved {human(holder.reserved)})"
+    )
+
+
+def as_dict(explained: Explanation) -> dict[str, Any]:
+    """The explanation as JSON, in the service's shape (``POST /v1/reservations?dryRun=All``)."""
+    return {
+        "admitted": explained.admitted,
+        "dry_run": True,
+        "violations": [_violation(b.violation) for b in explained.blockers],
+        "blockers": [
+            {
+                "violation": _violation(b.violation),
+                "holders": [{**dataclasses.asdict(h), "held": h.held} for h in b.holders],
+            }
+            for b in explained.blockers
+        ],
+        "ahead": explained.ahead,
+    }
+
+
+def _violation(violation: Violation) -> dict[str, Any]:
+    shortfall = None if _hidden(violation) else violation.shortfall
+    return {**dataclasses.asdict(violation), "shortfall": shortfall}
+
+
+def _hidden(violation: Violation) -> bool:
+    """Whether the service hid the limit's usage (``None``: outside a restricted token's queue)."""
+    in_use: int | None = violation.in_use
+    return in_use is None or violation.reserved is None

@@ -1,0 +1,92 @@
+"""Explanations: what :meth:`QuotaEngine.reserve` would decide now, and why, writing nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from quota_ledger.driver.tx import LedgerTx, Undo
+from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
+from quota_ledger.ledger import holders, reserve
+from quota_ledger.model.errors import OverQuota
+from quota_ledger.model.requests import ReserveRequest
+from quota_ledger.model.values import Explanation
+
+
+class Explanations(EngineBase):
+    """The explain call of :class:`QuotaEngine`."""
+
+    if TYPE_CHECKING:
+        # from Reservations, which QuotaEngine combines with this class
+        def _reserve_request(
+            self,
+            queue: str,
+            resources: Mapping[str, Any],
+            *,
+            partition: str = DEFAULT_PARTITION,
+            user: str | None = None,
+            groups: Iterable[str] = (),
+            application: str | None = None,
+            priority_class: str | None = None,
+            ttl: float | timedelta | None = None,
+            key: str | None = None,
+            terminating: bool = False,
+            best_effort: bool | None = None,
+            cross_namespace_affinity: bool = False,
+        ) -> ReserveRequest: ...
+
+    def explain(
+        self,
+        queue: str,
+        resources: Mapping[str, Any],
+        *,
+        partition: str = DEFAULT_PARTITION,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+        application: str | None = None,
+        priority_class: str | None = None,
+        ttl: float | timedelta | None = None,
+        key: str | None = None,
+        terminating: bool = False,
+        best_effort: bool | None = None,
+        cross_namespace_affinity: bool = False,
+    ) -> Explanation:
+        """What :meth:`reserve` with the same arguments would decide now, writing nothing.
+
+        The request is decided by the very transaction :meth:`reserve` runs, rolled back at its
+        end: ``admitted`` says whether it would be admitted, and a request over a limit gets a
+        :class:`Blocker` for each limit that stops it (the :class:`Violation` that
+        :class:`OverQuota` would carry, with the largest holders of what that limit counts).
+        Any other refusal is raised, as :meth:`reserve` raises it. With ``key``, a key already
+        used is explained as :meth:`reserve` would answer it: admitted, if the request is the
+        same.
+        """
+        request = self._reserve_request(
+            queue,
+            resources,
+            partition=partition,
+            user=user,
+            groups=groups,
+            application=application,
+            priority_class=priority_class,
+            ttl=ttl,
+            key=key,
+            terminating=terminating,
+            best_effort=best_effort,
+            cross_namespace_affinity=cross_namespace_affinity,
+        )
+
+        def work(tx: LedgerTx) -> Explanation:
+            undo = Undo(tx)
+            undo.before_write()
+            try:
+                reserve.general(tx, self.rules, self.bounds, request)
+            except OverQuota as refused:
+                # The holders as the decision saw them, without the request's own rows.
+                undo.rollback()
+                found = holders.blockers(tx, request.queue, refused.violations)
+                return Explanation(admitted=False, blockers=found)
+            return Explanation(admitted=True)
+
+        return self.driver.run(work, rollback=True)
