@@ -43,7 +43,7 @@ from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import applications, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
-from quota_ledger.ledger.group_decision import Together
+from quota_ledger.ledger.group_decision import Refused, Together
 from quota_ledger.model import arguments, charges, queues, tracking
 from quota_ledger.model.counters import QUOTA, Counter
 from quota_ledger.model.errors import QuotaLedgerError, ReservationNotFound, ReservationStateError
@@ -408,12 +408,12 @@ def together(
 
 def commit_set(
     tx: LedgerTx, commits: Sequence[tuple[str, Mapping[str, int] | None, str]], rules: CompiledRules
-) -> dict[int, CommitOutcome]:
+) -> dict[int, CommitOutcome | Refused]:
     """Commit what can be committed of ``commits`` (reservation id, amounts, operation id) as
     their steps would one after another, the reservations locked in id order with the clock (one
-    past its expiry is expired); each outcome, by its commit's place. Left to each one's step,
-    which says what it is: an unknown id, a repeat of an id, one that is not pending, amounts it
-    cannot commit, and one that would push a counter past the bigint range."""
+    past its expiry is expired); each outcome, by its commit's place (one that would push a
+    counter past the bigint range: its error). Left to each one's step, which says what it is:
+    an unknown id, a repeat of an id, one that is not pending, and amounts it cannot commit."""
     stored, now = tx.lock_reservations(rid for rid, _, _ in commits)
     if now is None:
         return {}
@@ -438,7 +438,6 @@ def commit_set(
         outcomes = resolve(tx, rules, wanted, now)
     undo.release()
     return {
-        n: (outcome, each.state is EXPIRED)
+        n: Refused(outcome) if isinstance(outcome, QuotaLedgerError) else (outcome, each.state is EXPIRED)
         for n, each, outcome in zip(places, wanted, outcomes, strict=True)
-        if not isinstance(outcome, QuotaLedgerError)
     }

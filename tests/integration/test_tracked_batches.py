@@ -553,6 +553,8 @@ def test_tracked_commits_decided_together_leave_the_rows_of_commits_one_at_a_tim
     outcomes = {partition: commit(ledger, partition, made[partition]) for partition in (together, alone)}
     for decided in outcomes.values():
         assert [n for n, c in enumerate(decided) if isinstance(c, CounterOverflow)] == [8]
+    refused = [outcomes[partition][8] for partition in (together, alone)]
+    assert [(e.scope, e.resource) for e in refused] == [("root.org", "fpga")] * 2
     assert without_areas(partition_rows(path_url, together)) == without_areas(partition_rows(path_url, alone))
     near(-(BIGINT_MAX - 1))
     assert ledger.audit() == []
