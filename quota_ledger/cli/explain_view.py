@@ -50,13 +50,30 @@ def describe(violation: Violation) -> str:
 
 
 def holder_line(resource: str, holder: Holder) -> str:
+    """``application train in root.dev: 5Gi (in use 0, reserved 5Gi)``."""
+
     def human(units: int) -> str:
         return format_human(resource, units)
 
-    return (
-        f"{holder.kind} {holder.name} in {holder.queue}: {human(holder.held)} "
-        f"(in use {human(holder.in_use)}, reserved {human(holder.reserved)})"
+    who = (
+        f"queue {holder.queue} (no user)"
+        if holder.kind == "queue"
+        else f"{holder.kind} {holder.name} in {holder.queue}"
     )
+    return f"{who}: {human(holder.held)} (in use {human(holder.in_use)}, reserved {human(holder.reserved)})"
+
+
+def after_refusal(blocker: Blocker) -> list[str]:
+    """What follows a refusal's message for one limit (which the message has described): by how
+    much, and who holds most of what it counts; nothing for a limit whose usage is hidden."""
+    violation = blocker.violation
+    if _hidden(violation):
+        return []
+    who = f" for {violation.kind} {violation.name}" if violation.name is not None else ""
+    short = format_human(violation.resource, violation.shortfall)
+    held = ", held most by:" if blocker.holders else ""
+    found = [f"  {violation.resource} at {violation.scope}{who}, short by {short}{held}"]
+    return found + [f"    {holder_line(violation.resource, h)}" for h in blocker.holders]
 
 
 def as_dict(explained: Explanation) -> dict[str, Any]:

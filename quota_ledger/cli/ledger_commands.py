@@ -198,7 +198,8 @@ def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
         again = engine.explain(args.queue, resources, **request)
         print(f"error: {refused}", file=sys.stderr)
         for blocker in again.blockers:
-            print("\n".join(explain_view.blocker_lines(blocker)), file=sys.stderr)
+            for line in explain_view.after_refusal(blocker):
+                print(line, file=sys.stderr)
         return EXIT_OVER_QUOTA
     for warning in made.warnings:  # on stderr: --json output stays one document
         print(f"warning: {warning}", file=sys.stderr)

@@ -80,9 +80,10 @@ def test_a_refusal_speaks_in_human_units_and_json_keeps_base_units(cli: Cli, db:
     ok(cli("limits", "set", "root.a", "memory=8Gi", db=db))
     refused = cli("reserve", "root.a", "memory=9Gi", db=db)
     assert refused.returncode == EXIT_OVER_QUOTA
-    assert refused.stderr.strip() == (
-        "error: over quota: memory at root.a: limit 8Gi, in use 0, reserved 0, requested 9Gi, available 8Gi"
-    )
+    assert refused.stderr.splitlines() == [
+        "error: over quota: memory at root.a: limit 8Gi, in use 0, reserved 0, requested 9Gi, available 8Gi",
+        "  memory at root.a, short by 1Gi",
+    ]
     as_json = json.loads(cli("reserve", "root.a", "memory=9Gi", "--json", db=db).stderr)
     assert as_json["violations"][0]["limit"] == 8 * 2**30
     assert as_json["violations"][0]["requested"] == 9 * 2**30
