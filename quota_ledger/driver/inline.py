@@ -78,15 +78,33 @@ def add_to_locked(
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> Statement:
     """One multi-row INSERT of ``rows`` (each with the same columns), each value as its
     column's type sends it."""
-    names = list(rows[0])
-    quote, m = conn.dialect.identifier_preparer.quote, marker(conn)
-    processors = [sent(conn, table.c[name]) for name in names]
-    one = "(" + ",".join([m] * len(names)) + ")"
+    names = tuple(rows[0])
+    head, one, processors = _insert_of(conn, table, names)
     params = tuple(
         process(row[name]) for row in rows for process, name in zip(processors, names, strict=True)
     )
-    columns = ",".join(quote(name) for name in names)
-    return f"INSERT INTO {table.name} ({columns}) VALUES {','.join([one] * len(rows))}", params  # noqa: S608
+    return f"{head}{','.join([one] * len(rows))}", params
+
+
+#: (dialect, table, columns) -> what :func:`insert_rows` writes of them, made once
+_INSERTS: dict[tuple[type, str, str, tuple[str, ...]], tuple[str, str, list[Callable[[Any], Any]]]] = {}
+
+
+def _insert_of(
+    conn: Connection, table: Table, names: tuple[str, ...]
+) -> tuple[str, str, list[Callable[[Any], Any]]]:
+    """An INSERT's text up to its values, one row's placeholders, and each column's processor."""
+    key = (type(conn.dialect), conn.dialect.paramstyle, table.name, names)
+    if (found := _INSERTS.get(key)) is None:
+        quote, m = conn.dialect.identifier_preparer.quote, marker(conn)
+        columns = ",".join(quote(name) for name in names)
+        found = (
+            f"INSERT INTO {table.name} ({columns}) VALUES ",  # noqa: S608
+            "(" + ",".join([m] * len(names)) + ")",
+            [sent(conn, table.c[name]) for name in names],
+        )
+        _INSERTS[key] = found
+    return found
 
 
 def run(conn: Connection, statements: Sequence[Statement]) -> None:

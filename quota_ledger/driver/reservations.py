@@ -286,7 +286,12 @@ class ReservationStatements:
 
     def commit_reservations(self, ids: Sequence[str], now: datetime) -> int:
         """``pending -> committed`` of reservations this transaction holds, every item committed
-        in full; how many were pending."""
+        in full; how many were pending. One reservation takes the statements of one row (no
+        list to expand)."""
+        if len(ids) == 1:
+            pending = self.resolve_reservation(ids[0], ReservationState.COMMITTED, now)
+            self.record_commits(ids[0], {}, whole=True)
+            return int(pending)
         params = {"ids": list(ids), "now": now}
         if self.pg is not None:
             changed = self.pg.run(PG_COMMIT_MANY, params).rowcount
