@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         UnknownResource,
         UsageUnderflow,
         UserNotFound,
+        WaitTimeout,
     )
     from quota_ledger.model.quantity import format_human, format_quantity, parse_quantity
     from quota_ledger.model.values import (
@@ -99,6 +100,7 @@ _HOMES = {
     "ReservationNotFound": "quota_ledger.model.errors",
     "ReservationState": "quota_ledger.model.values",
     "ReservationStateError": "quota_ledger.model.errors",
+    "WaitTimeout": "quota_ledger.model.errors",
     "ResourceQuotaNotFound": "quota_ledger.model.errors",
     "SchemaNotReady": "quota_ledger.model.errors",
     "TooManyResources": "quota_ledger.model.errors",
@@ -181,6 +183,7 @@ __all__ = [
     "UsageUnderflow",
     "UserNotFound",
     "Violation",
+    "WaitTimeout",
     "format_human",
     "format_quantity",
     "parse_quantity",

@@ -98,6 +98,7 @@ _MADE_RESOLVED = _by_step(
         _R.resolved_at >= _SINCE,
         _in_subtree(_R.queue),
         _R.created_at >= _SINCE,
+        _R.ttl_ms.is_(None),  # a request that left the line ungranted held nothing
     )
 )
 # history_resolved: amounts of reservations resolved in the window (whenever made), per step.
@@ -112,6 +113,7 @@ _RESOLVED = _by_step(
         _R.partition == bindparam("p"),
         _R.resolved_at >= _SINCE,
         _in_subtree(_R.queue),
+        _R.ttl_ms.is_(None),
     )
 )
 

@@ -34,13 +34,14 @@ _HEADER = (
     _R.resolved_at,
     _R.kube,
     _R.released_at,
+    _R.priority,
 )
 _ITEM = (_I.resource, _I.amount, _I.committed)
 _JOINED = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
 _PG_HEADER = (
     'r.id, r."partition", r."key", r.request_hash, r.state, r.queue, r.user_name, r."groups",'
     " r.application, r.priority_class, r.created_at, r.expires_at, r.resolved_at, r.kube, r.released_at,"
-    " i.resource, i.amount, i.committed"
+    " r.priority, i.resource, i.amount, i.committed"
 )
 # find_reservation_by_key: no lock (idempotency check before any lock is taken).
 _FIND_BY_KEY = (
@@ -402,6 +403,7 @@ def _build(rows: list[Any]) -> StoredReservation:
         committed=committed,
         resolved_at=_aware(head.resolved_at) if head.resolved_at is not None else None,
         released_at=_aware(head.released_at) if head.released_at is not None else None,
+        priority=head.priority,
     )
     kube = json.loads(head.kube) if head.kube else None
     return StoredReservation(reservation=reservation, request_hash=head.request_hash, kube=kube)

@@ -140,6 +140,15 @@ reservations = Table(
     Column("resolved_at", timestamp_type(), nullable=True),
     Column("kube", Text, nullable=True, comment="JSON {usage, scopes} for ResourceQuotas"),
     Column("released_at", timestamp_type(), nullable=True),
+    Column(
+        "priority",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="a waiting request's priority: higher is granted first",
+    ),
+    Column("queued_at", timestamp_type(), nullable=True, comment="when it joined the line"),
+    Column("ttl_ms", BigInteger, nullable=True, comment="the ttl its grant starts; cleared by it"),
     # MariaDB only: what its unique key index holds. A keyed row's key; a keyless row's id
     # behind a tab (a key is printable, so the two never meet). An index on the nullable key
     # would do, but Galera certifies a NULL in a unique index as one value, so keyless rows
@@ -152,9 +161,12 @@ reservations = Table(
         comment="MariaDB: key, or TAB + id without one; unique per partition",
         info=_MARIADB_ONLY,
     ),
-    CheckConstraint("state IN ('pending', 'committed', 'rolled_back', 'expired')", name="state_known"),
     CheckConstraint(
-        "(state = 'pending' AND resolved_at IS NULL) OR (state <> 'pending' AND resolved_at IS NOT NULL)",
+        "state IN ('pending', 'waiting', 'committed', 'rolled_back', 'expired')", name="state_known"
+    ),
+    CheckConstraint(
+        "(state IN ('pending', 'waiting') AND resolved_at IS NULL)"
+        " OR (state NOT IN ('pending', 'waiting') AND resolved_at IS NOT NULL)",
         name="resolved_when_not_pending",
     ),
     # Partial where the engine has them (PostgreSQL, SQLite): a row leaving 'pending', or one
@@ -173,6 +185,9 @@ reservations = Table(
     Index("ix_reservations_partition_key", "partition", "key", info=_MARIADB_ONLY),
     Index(None, "partition", "state", "expires_at", **_where("state = 'pending'")),
     Index(None, "partition", "queue", "state", "expires_at", **_where("state = 'pending'")),
+    # The waiting line, in grant order (partial where the engine has them: rows that never
+    # wait add no entry).
+    Index(None, "partition", "state", "priority", "queued_at", **_where("state = 'waiting'")),
     # The usage history finds the reservations resolved in its window here. Partial where the
     # engine has them: a new reservation adds no entry, its resolution adds one.
     Index(None, "partition", "resolved_at", **_where("resolved_at IS NOT NULL")),

@@ -52,6 +52,7 @@ from quota_ledger.driver.journal import JournalStatements
 from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.reservations import ReservationStatements
 from quota_ledger.driver.schema import quota_partitions
+from quota_ledger.driver.waiting_line import WaitingStatements
 from quota_ledger.model import charges
 from quota_ledger.model.errors import QuotaLedgerError
 
@@ -73,6 +74,7 @@ class LedgerTx(
     JournalStatements,
     ConfigStatements,
     IdleStatements,
+    WaitingStatements,
 ):
     """One database transaction of the ledger. The engine decides; this class reads and writes."""
 

@@ -15,6 +15,7 @@ from quota_ledger.ledger.paths import Paths
 from quota_ledger.model import validation
 from quota_ledger.model.errors import InvalidRequest
 from quota_ledger.model.quantity import parse_resources
+from quota_ledger.model.values import Reservation
 
 T = TypeVar("T")
 DEFAULT_PARTITION = "default"
@@ -30,6 +31,8 @@ class Operation(Generic[T]):
     request: group_commit.Deciders[Any]
     #: the result from the request's value, once its transaction has committed (may raise)
     finish: Callable[[Any], T] | None = None
+    #: it may free capacity: a partition's waiting line is passed over after it
+    frees: bool = False
 
 
 def _outcome(call: Callable[[], T]) -> T | Exception:
@@ -68,7 +71,10 @@ class EngineBase:
             value = self.group_commit.run(
                 request.step, request.order, request.by_function, request.alone, request.together
             )
-        return value if operation.finish is None else operation.finish(value)
+        result = value if operation.finish is None else operation.finish(value)
+        if operation.frees and isinstance(result, Reservation):
+            self._freed(result.partition)
+        return result
 
     def decide_all(self, operations: Sequence[Operation[T]]) -> list[T | Exception]:
         """Decide many prepared operations (``prepare_*``) from this thread, each exactly as
@@ -78,16 +84,25 @@ class EngineBase:
         if self.group_commit is None:
             return [_outcome(partial(self.decide, operation)) for operation in operations]
         values = self.group_commit.run_many([operation.request for operation in operations])
-        return [
+        results = [
             value
             if isinstance(value, Exception) or operation.finish is None
             else _outcome(partial(operation.finish, value))
             for operation, value in zip(operations, values, strict=True)
         ]
+        for partition in sorted(
+            {
+                result.partition
+                for operation, result in zip(operations, results, strict=True)
+                if operation.frees and isinstance(result, Reservation)
+            }
+        ):
+            self._freed(partition)
+        return results
 
-    def _decide(self, step: Callable[[LedgerTx], T]) -> T:
-        """Run ``step`` in a transaction of its own, or in the next batch with batching."""
-        return self.decide(Operation(group_commit.Deciders(step)))
+    def _freed(self, partition: str | None) -> None:
+        """Capacity may have been freed in ``partition`` (None: in any partition): the engine
+        grants what now fits of its waiting line (see :mod:`.waiting`)."""
 
     @staticmethod
     def _bounded(resources: object, bound: Callable[[Mapping[str, Any]], None]) -> dict[str, int]:

@@ -43,9 +43,11 @@ class Configuration(EngineBase):
         wanted = parse_limits(resources)
         if APPLICATIONS in wanted:
             raise InvalidRequest("set maxapplications in the configuration", field=APPLICATIONS)
-        return self.driver.run(
+        version = self.driver.run(
             lambda tx: set_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
         )
+        self._freed(partition)
+        return version
 
     def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:
         """Apply a YuniKorn queue configuration (YAML text, a dict or a path) to every partition.
@@ -61,7 +63,9 @@ class Configuration(EngineBase):
         source = arguments.read_path(source)
         allow = validation.flag(allow_removing_all, "allow_removing_all")
         edit = configure.replace_with(source)
-        return self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
+        version = self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
+        self._freed(None)
+        return version
 
     def edit_config(self, edit: Callable[[dict[str, Any]], Any], *, allow_removing_all: bool = False) -> int:
         """Apply ``edit(document)`` to the configuration in force, as :meth:`apply_config` would
@@ -78,7 +82,9 @@ class Configuration(EngineBase):
         def step(document: dict[str, Any], capacity: dict[str, dict[str, int]]) -> tuple[Any, Any]:
             return configure.unwrap(edit(document)), capacity
 
-        return self.driver.run(lambda tx: self._apply(tx, step, allow_removing_all=allow))
+        version = self.driver.run(lambda tx: self._apply(tx, step, allow_removing_all=allow))
+        self._freed(None)
+        return version
 
     def diff_config(self, source: Any) -> ConfigDiff:
         """What :meth:`apply_config` would do with ``source`` now, changing nothing: the limits

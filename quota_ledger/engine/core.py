@@ -19,6 +19,7 @@ from quota_ledger.engine.kubernetes import KubernetesObjects
 from quota_ledger.engine.maintenance import Maintenance
 from quota_ledger.engine.reservations import Reservations
 from quota_ledger.engine.usage import UsageReports
+from quota_ledger.engine.waiting import DEFAULT_WAIT_POLL_INTERVAL, wait_seconds
 from quota_ledger.ledger import group_commit
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.paths import Paths
@@ -46,8 +47,10 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
         batching: bool = False,
         max_batch: int = group_commit.DEFAULT_MAX_BATCH,
+        wait_poll_interval: float = DEFAULT_WAIT_POLL_INTERVAL,
     ) -> None:
         validation.flag(batching, "batching")
+        poll = wait_seconds(wait_poll_interval, "wait_poll_interval")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidRequest("max_batch must be a positive integer", field="max_batch")
         self.driver = driver
@@ -60,6 +63,7 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
         self.rules = CompiledRules()
         self.group_commit = group_commit.GroupCommit(driver, max_batch) if batching else None
         self.paths = Paths(driver, self.rules, self.bounds, self.group_commit)
+        self.granter = self._make_granter(poll)
 
     @classmethod
     def from_url(
@@ -80,6 +84,7 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
         max_resources_per_partition: int = validation.DEFAULT_MAX_RESOURCES_PER_PARTITION,
         batching: bool = False,
         max_batch: int = group_commit.DEFAULT_MAX_BATCH,
+        wait_poll_interval: float = DEFAULT_WAIT_POLL_INTERVAL,
     ) -> QuotaEngine:
         """An engine on ``postgresql+psycopg://``, ``mysql+pymysql://`` or ``sqlite:///`` URLs.
 
@@ -101,6 +106,10 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
         ``batching=True`` decides concurrent reservations, commits, rollbacks and releases of
         reservations together, up to ``max_batch`` of them per transaction (group commit: see
         :mod:`quota_ledger.ledger.group_commit`).
+
+        ``wait_poll_interval`` (seconds) is how often the engine tries the waiting lines again
+        while callers of it are blocked waiting (``reserve(wait=...)``, :meth:`wait_for`), which
+        bounds how long a grant of capacity freed by another process can take.
         """
         return cls(
             DbQuotaDriver.from_url(
@@ -120,6 +129,7 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
             max_resources_per_partition=max_resources_per_partition,
             batching=batching,
             max_batch=max_batch,
+            wait_poll_interval=wait_poll_interval,
         )
 
     def migrate(self, revision: str = "head") -> None:
@@ -134,6 +144,7 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
     def close(self) -> None:
         """Release all database connections. With batching, the requests already queued are
         decided first; later calls raise :class:`DatabaseUnavailable`."""
+        self.granter.close()
         if self.group_commit is not None:
             self.group_commit.close()
         self.driver.dispose()

@@ -3,14 +3,20 @@ counters at zero that nothing references."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from quota_ledger.engine.base import EngineBase
 from quota_ledger.ledger import audit, batches, expire, prune
 from quota_ledger.model import validation
-from quota_ledger.model.values import Drift, IdleCounter
+from quota_ledger.model.values import Drift, IdleCounter, Reservation
 
 
 class Maintenance(EngineBase):
     """The expiry, audit and prune calls of :class:`QuotaEngine`."""
+
+    if TYPE_CHECKING:
+        # from Waits, which QuotaEngine combines with this class
+        def grant_waiting(self, *, partition: str | None = None) -> list[Reservation]: ...
 
     def expire(
         self,
@@ -35,9 +41,12 @@ class Maintenance(EngineBase):
         bisected, it is logged and remembered in ``set_aside`` (see
         :class:`~quota_ledger.ledger.batches.SetAside`; None: a new one, for this call only),
         and the calls given the same ``set_aside`` skip it.
+
+        Then the waiting lines are passed over (:meth:`grant_waiting`): what the expiries freed
+        is granted, and requests whose wait ran out leave their line as ``expired``.
         """
         validation.sweep_options(batch_size, max_batches, workers, max_rate)
-        return expire.sweep(
+        expired = expire.sweep(
             self.driver,
             self.rules,
             batch_size=batch_size,
@@ -47,6 +56,8 @@ class Maintenance(EngineBase):
             set_aside=set_aside if set_aside is not None else batches.SetAside(),
             by_function=self.paths.functions,
         )
+        self.grant_waiting()
+        return expired
 
     def audit(self, *, fix: bool = False, partition: str | None = None) -> list[Drift]:
         """Recompute every counter from the history and report those that disagree.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -11,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from quota_ledger.config import typos
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase, Operation
+from quota_ledger.engine import waiting as waits
+from quota_ledger.engine.base import DEFAULT_PARTITION, Operation
+from quota_ledger.engine.waiting import Waits
 from quota_ledger.kube import pods
 from quota_ledger.ledger import group_commit, reads, release, reserve, resolve
 from quota_ledger.model import requests, validation
-from quota_ledger.model.errors import InvalidRequest, ReservationNotFound, ReservationStateError
+from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, ReservationStateError
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Charged, PodCharge, Reservation, ReservationState, Violation
 
@@ -23,7 +26,7 @@ from quota_ledger.model.values import Charged, PodCharge, Reservation, Reservati
 RECHARGED = " charged"
 
 
-class Reservations(EngineBase):
+class Reservations(Waits):
     """The reservation calls of :class:`QuotaEngine`."""
 
     if TYPE_CHECKING:
@@ -45,10 +48,21 @@ class Reservations(EngineBase):
         terminating: bool = False,
         best_effort: bool | None = None,
         cross_namespace_affinity: bool = False,
+        wait: float | timedelta | None = None,
+        block: bool = True,
+        priority: int = 0,
     ) -> Reservation:
         """Reserve ``resources`` in ``queue`` if every limit on the way to root allows it.
 
-        Raises :class:`OverQuota` listing every limit that would be broken. With ``key``, a
+        Raises :class:`OverQuota` listing every limit that would be broken. With ``wait``
+        (seconds, or a ``timedelta``) a request that does not fit waits for capacity instead:
+        it joins its partition's line, ordered by ``priority`` (higher first), then arrival,
+        and is granted as soon as it fits, its ttl counted from the grant. The call blocks
+        until then and returns the reservation (``pending``), or raises :class:`WaitTimeout`
+        (an :class:`OverQuota`) when ``wait`` runs out first, and the request leaves the line
+        as ``expired``. With ``block=False`` it returns at once: granted, or ``waiting`` with
+        its ``position`` (see :meth:`wait_for`; :meth:`rollback` cancels it). A waiting
+        request holds nothing. With ``key``, a
         repeated call returns the original reservation (in whatever state it is now). A
         resource no limit of the partition names, or a queue outside every configured one, is
         named in the reservation's ``warnings``; a partition with ``unknownnames: refuse``
@@ -57,22 +71,36 @@ class Reservations(EngineBase):
         requested) and ``cross_namespace_affinity`` are the Kubernetes scope attributes that
         ResourceQuotas in the queue's namespace match on.
         """
-        return self.decide(
-            self.prepare_reserve(
-                queue,
-                resources,
-                partition=partition,
-                user=user,
-                groups=groups,
-                application=application,
-                priority_class=priority_class,
-                ttl=ttl,
-                key=key,
-                terminating=terminating,
-                best_effort=best_effort,
-                cross_namespace_affinity=cross_namespace_affinity,
-            )
+        request = self._reserve_request(
+            queue,
+            resources,
+            partition=partition,
+            user=user,
+            groups=groups,
+            application=application,
+            priority_class=priority_class,
+            ttl=ttl,
+            key=key,
+            terminating=terminating,
+            best_effort=best_effort,
+            cross_namespace_affinity=cross_namespace_affinity,
         )
+        validation.flag(block, "block")
+        if wait is None:
+            if waits.priority(priority) != 0:
+                raise InvalidRequest(
+                    "priority orders the requests that wait: pass wait= too", field="priority"
+                )
+            return self.decide(self._reservation(request))
+        seconds = waits.wait_seconds(wait)
+        request = dataclasses.replace(request, priority=waits.priority(priority))
+        try:
+            made = self.decide(self._reservation(request))
+        except OverQuota as refused:
+            return self._wait_in_line(request, refused, seconds, block)
+        if made.state is ReservationState.WAITING:  # its key made it, and it waits still
+            return self._await(made, [], time.monotonic() + seconds if block else None)
+        return made
 
     def prepare_reserve(
         self,
@@ -344,7 +372,7 @@ class Reservations(EngineBase):
         validation.reservation_id(reservation_id)
         amounts = None if resources is None else self._bounded(resources, self.bounds.request)
         request = self.paths.commit(reservation_id, amounts, str(uuid.uuid4()))
-        return Operation(request, resolve.raise_expired)
+        return Operation(request, resolve.raise_expired, frees=amounts is not None)
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
@@ -355,7 +383,8 @@ class Reservations(EngineBase):
         """:meth:`rollback` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
         return Operation(
-            group_commit.Deciders(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id))
+            group_commit.Deciders(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id)),
+            frees=True,
         )
 
     def release(
@@ -399,6 +428,7 @@ class Reservations(EngineBase):
             key=key,
         )
         self.driver.run(operation)
+        self._freed(partition)
 
     def release_reservation(self, reservation_id: str, *, finished: bool = False) -> Reservation:
         """Release everything a committed reservation holds (its pod is gone), once.
@@ -410,8 +440,15 @@ class Reservations(EngineBase):
         validation.reservation_id(reservation_id)
         validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
-        return self._decide(
-            lambda tx: release.release_reservation(tx, self.rules, reservation_id, finished, operation_id)
+        return self.decide(
+            Operation(
+                group_commit.Deciders(
+                    lambda tx: release.release_reservation(
+                        tx, self.rules, reservation_id, finished, operation_id
+                    )
+                ),
+                frees=True,
+            )
         )
 
     def release_pod(

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import applications, resolve
+from quota_ledger.ledger import applications, resolve, waiting
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.model import charges, queues, tracking
 from quota_ledger.model.errors import IdempotencyConflict, UsageUnderflow
@@ -76,11 +76,14 @@ def release(
 def release_reservation(
     tx: LedgerTx, rules: CompiledRules, reservation_id: str, finished: bool, operation_id: str
 ) -> Reservation:
-    """Release everything a committed reservation holds, once; a pending one is rolled back."""
+    """Release everything a committed reservation holds, once; a pending one is rolled back, a
+    waiting one taken out of line."""
     stored, now = resolve.locked(tx, reservation_id)
     current = stored.reservation
     if current.state is ReservationState.PENDING:
         return resolve.resolve_one(tx, rules, resolve.Resolution(stored, ReservationState.ROLLED_BACK), now)
+    if current.state is ReservationState.WAITING:
+        return waiting.cancel(tx, current, now)
     in_force = rules.partition(tx, current.partition)
     if current.state is not ReservationState.COMMITTED or current.released_at is not None:
         return current

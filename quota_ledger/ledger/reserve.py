@@ -107,7 +107,7 @@ def decide(
     fresh: list[tuple[int, ReserveRequest]] = []
     for n, request in enumerate(requests):
         try:
-            found = _made_before(tx, request)
+            found = None if request.granting else made_before(tx, request)
         except QuotaLedgerError as error:
             outcomes[n] = Refused(error)
             continue
@@ -132,8 +132,12 @@ def decide(
         return outcomes
     if alone:
         (only,) = candidates
-        # Our own new row first: a concurrent request with our key waits for it, then finds it.
-        tx.insert_reservation(only.request.pending(now), only.request.request_hash, only.request.kube)
+        if only.request.granting:  # its row is in line already, locked by the grant
+            made = only.request.pending(now)
+            tx.grant_waiting(made.id, now, made.expires_at)
+        else:
+            # Our own new row first: a concurrent request with our key waits for it, then finds it.
+            tx.insert_reservation(only.request.pending(now), only.request.request_hash, only.request.kube)
         if not only.request.resources:
             tx.ensure_partition(partition, now)  # no counter will name it; the sweeper must
         plan = _plan(tx, in_force, bounds, candidates, now, None, overruns)
@@ -149,7 +153,7 @@ def decide(
     return outcomes
 
 
-def _made_before(tx: LedgerTx, request: ReserveRequest) -> Reservation | None:
+def made_before(tx: LedgerTx, request: ReserveRequest) -> Reservation | None:
     """The reservation a request made already: its idempotency key's (or its conflict), or its
     own when a first attempt may have committed before the connection dropped."""
     if request.key is not None and (found := tx.find_reservation_by_key(request.partition, request.key)):

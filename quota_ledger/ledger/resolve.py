@@ -41,7 +41,7 @@ from quota_ledger.config.rules import PartitionRules
 from quota_ledger.driver.journal import journal_rows
 from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.kube.quotas import ResourceQuota
-from quota_ledger.ledger import applications, resource_quotas
+from quota_ledger.ledger import applications, resource_quotas, waiting
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused, Together
 from quota_ledger.model import arguments, charges, queues, tracking
@@ -389,11 +389,14 @@ def raise_expired(outcome: CommitOutcome) -> Reservation:
 
 
 def rollback(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reservation:
-    """Release a pending reservation; a rolled-back or expired one is returned as it is."""
+    """Release a pending reservation, or take a waiting one out of line; a rolled-back or
+    expired one is returned as it is."""
     stored, now = locked(tx, reservation_id)
     current = stored.reservation
     if current.state is COMMITTED:
         raise ReservationStateError(current.id, current.state, "roll back")
+    if current.state is ReservationState.WAITING:
+        return waiting.cancel(tx, current, now)
     if current.state is not PENDING:
         return current
     return resolve_one(tx, rules, Resolution(stored, ROLLED_BACK), now)

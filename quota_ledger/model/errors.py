@@ -50,6 +50,17 @@ class OverQuota(QuotaLedgerError):
         super().__init__(f"over quota: {parts}")
 
 
+class WaitTimeout(OverQuota):
+    """A request that waited for capacity (``reserve(wait=...)``) was not granted before its
+    wait ran out; it left the line (its reservation ended ``expired``) and holds nothing.
+    ``violations`` are the limits that still stopped it when it was last tried."""
+
+    def __init__(self, reservation_id: str, violations: Sequence[Violation]) -> None:
+        super().__init__(violations)
+        self.reservation_id = reservation_id
+        self.args = (f"waited in vain for capacity: {self.args[0]}",)
+
+
 class UsageUnderflow(QuotaLedgerError):
     """The release is larger than what is in use; nothing was released."""
 

@@ -43,6 +43,10 @@ class ReserveRequest:
     #: the queue and resources were named by hand (a pod's come from its manifest): a partition
     #: with ``unknownnames: refuse`` refuses those its configuration does not know
     checks_names: bool = False
+    #: how it waits in line when it does not fit: higher is granted first
+    priority: int = 0
+    #: it is a waiting request's grant: its row is in the line already (state ``waiting``)
+    granting: bool = False
 
     def pending(self, now: datetime) -> Reservation:
         """The reservation as stored, created at ``now`` (the database clock)."""
@@ -59,6 +63,7 @@ class ReserveRequest:
             groups=self.groups,
             application=self.application,
             priority_class=self.priority_class,
+            priority=self.priority,
         )
 
 

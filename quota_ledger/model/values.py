@@ -14,6 +14,9 @@ class ReservationState(enum.StrEnum):
     """Where a reservation is in its life: ``pending`` until it is resolved exactly once."""
 
     PENDING = "pending"
+    #: in line for capacity (``reserve(wait=...)``): holds nothing until it is granted, then
+    #: ``pending``; ``rolled_back`` when cancelled, ``expired`` when its wait runs out
+    WAITING = "waiting"
     COMMITTED = "committed"
     ROLLED_BACK = "rolled_back"
     EXPIRED = "expired"
@@ -44,6 +47,11 @@ class Reservation:
     #: what the request named that no configuration knows (a likely typo); set on the result of
     #: a reserve only, never stored
     warnings: tuple[str, ...] = ()
+    #: the priority it asked with: of two requests waiting in one partition, the higher is
+    #: granted first
+    priority: int = 0
+    #: while it waits, its place in its partition's line (1 = the next to be tried); else None
+    position: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

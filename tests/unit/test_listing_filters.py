@@ -32,7 +32,7 @@ def test_a_query_is_checked_and_holds_typed_values() -> None:
     assert wanted.older_than == timedelta(minutes=10)
     assert (wanted.queue, wanted.limit, wanted.partition) == ("root.a", 5, "default")
     assert listing.query().limit == listing.DEFAULT_LIMIT
-    with pytest.raises(InvalidRequest, match="state must be one of pending, committed"):
+    with pytest.raises(InvalidRequest, match="state must be one of pending, waiting, committed"):
         listing.query(state="PENDING ")
     with pytest.raises(InvalidRequest):
         listing.query(limit=True)

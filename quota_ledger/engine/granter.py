@@ -1,0 +1,164 @@
+"""The engine's granter: one thread that tries the waiting lines again, and wakes the callers
+blocked until their request leaves its line.
+
+Whatever frees capacity in this engine (a rollback, a partial commit, a release, a limit
+change) kicks the granter for its partition when the partition has a line; so does a request
+that joins one. The granter then passes over that line (:func:`ledger.waiting.grant`, one
+transaction per request tried, in order). While callers of this engine are blocked, it also
+passes over their lines every ``interval`` seconds, so capacity freed by another process, or by
+one that died right after freeing it, is granted within that time; and it reads their rows
+once per round, in one statement, to wake those whose request left its line, whoever granted
+it. Without blocked callers and kicks the thread sleeps; it is started when first needed.
+
+Whether a partition has a line is read from the database (one index lookup) at most once per
+``interval``, by the freeing call that finds the engine's knowledge stale: a partition without
+a line costs a freeing call nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from quota_ledger.ledger.group_decision import Refused
+from quota_ledger.model.errors import OverQuota, QuotaLedgerError
+from quota_ledger.model.values import Reservation, ReservationState, Violation
+
+log = logging.getLogger(__name__)
+
+#: one pass over a partition's line: the outcome of each request tried, by id
+Pass = Callable[[str], dict[str, Reservation | Refused | None]]
+#: the rows of some reservations, as stored now
+Read = Callable[[Sequence[str]], dict[str, Reservation]]
+#: the partitions with a line, of one partition or (None) of every partition
+Lines = Callable[[str | None], list[str]]
+
+
+class Granter:
+    """See the module. ``passes`` runs one pass over a partition's line, ``read`` reads
+    reservations, ``lines`` lists the partitions with a line."""
+
+    def __init__(self, passes: Pass, read: Read, lines: Lines, interval: float) -> None:
+        self.passes = passes
+        self.read = read
+        self.lines = lines
+        self.interval = interval
+        self._cond = threading.Condition()
+        #: blocked callers: reservation id -> partition
+        self._blocked: dict[str, str] = {}
+        #: how the requests of blocked callers left their line
+        self._left: dict[str, Reservation] = {}
+        #: the limits that stopped each blocked caller's request when it was last tried
+        self._refusals: dict[str, list[Violation]] = {}
+        self._kicked: set[str] = set()
+        #: partition -> when it was last seen to have a line or not, and whether it had one
+        self._seen: dict[str, tuple[float, bool]] = {}
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def freed(self, partition: str | None) -> None:
+        """Capacity was freed in ``partition`` (None: anywhere, as by a new configuration): pass
+        over its line, or every line, if there is one."""
+        now = time.monotonic()
+        if partition is not None:
+            checked, has_line = self._seen.get(partition, (float("-inf"), False))
+            if now - checked < self.interval:
+                if has_line:
+                    self.kick(partition)
+                return
+        try:
+            found = self.lines(partition)
+        except QuotaLedgerError:  # the freeing call succeeded; the next one looks again
+            return
+        if partition is not None:
+            self._seen[partition] = (now, bool(found))
+        for name in found:
+            self.kick(name)
+
+    def kick(self, partition: str) -> None:
+        """Pass over ``partition``'s line soon."""
+        with self._cond:
+            self._seen[partition] = (time.monotonic(), True)
+            self._kicked.add(partition)
+            self._start()
+            self._cond.notify_all()
+
+    def wait(self, reservation_id: str, partition: str, timeout: float) -> Reservation | None:
+        """Block until the waiting request ``reservation_id`` leaves its line (how it left)
+        or ``timeout`` seconds pass (None)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._blocked[reservation_id] = partition
+            self._kicked.add(partition)
+            self._start()
+            self._cond.notify_all()
+            try:
+                while reservation_id not in self._left:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._closed:
+                        return None
+                    self._cond.wait(left)
+                return self._left.pop(reservation_id)
+            finally:
+                self._blocked.pop(reservation_id, None)
+                self._left.pop(reservation_id, None)
+
+    def refusal(self, reservation_id: str) -> list[Violation] | None:
+        """The limits that stopped a blocked caller's request when it was last tried."""
+        with self._cond:
+            return self._refusals.pop(reservation_id, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _start(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name="quota-ledger-granter", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._kicked:
+                    self._cond.wait(self.interval if self._blocked else None)
+                if self._closed:
+                    return
+                partitions = self._kicked | set(self._blocked.values())
+                self._kicked.clear()
+            try:
+                self._round(sorted(partitions))
+            except Exception:  # the thread must outlive any one round; the next round retries
+                log.exception("a pass over the waiting lines failed")
+                time.sleep(self.interval)
+
+    def _round(self, partitions: list[str]) -> None:
+        refusals: dict[str, list[Violation]] = {}
+        for partition in partitions:
+            try:
+                outcomes = self.passes(partition)
+            except QuotaLedgerError as error:
+                log.warning("the waiting line of partition %r was not passed over: %s", partition, error)
+                continue
+            for rid, outcome in outcomes.items():
+                if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
+                    refusals[rid] = outcome.error.violations
+        with self._cond:
+            blocked = list(self._blocked)
+            self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._blocked)
+        if not blocked:
+            return
+        try:
+            found = self.read(blocked)
+        except QuotaLedgerError:
+            return
+        with self._cond:
+            for rid, reservation in found.items():
+                if reservation.state is not ReservationState.WAITING and rid in self._blocked:
+                    self._left[rid] = reservation
+            self._cond.notify_all()

@@ -1,0 +1,168 @@
+"""Requests that wait for capacity: joining the line, waiting for a grant, passing over lines."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.engine.base import EngineBase
+from quota_ledger.engine.granter import Granter
+from quota_ledger.ledger import waiting
+from quota_ledger.ledger.group_decision import Refused
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, WaitTimeout
+from quota_ledger.model.requests import ReserveRequest
+from quota_ledger.model.values import Reservation, ReservationState
+
+#: the default of ``QuotaEngine(wait_poll_interval=...)``, seconds
+DEFAULT_WAIT_POLL_INTERVAL = 0.25
+#: the largest priority (a 32-bit column)
+MAX_PRIORITY = 2**31 - 1
+#: the longest wait, seconds (a year)
+MAX_WAIT = 365 * 24 * 3600.0
+
+
+def wait_seconds(wait: Any, field: str = "wait") -> float:
+    """A wait in seconds (a positive finite number of seconds, or a ``timedelta``)."""
+    if isinstance(wait, timedelta):
+        seconds = wait.total_seconds()
+    elif isinstance(wait, int | float) and not isinstance(wait, bool):
+        seconds = float(wait)
+    else:
+        raise InvalidRequest(f"{field} must be a number of seconds or a timedelta", field=field)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_WAIT:
+        raise InvalidRequest(f"{field} must be more than 0 and at most {MAX_WAIT:.0f} seconds", field=field)
+    return seconds
+
+
+def priority(value: Any) -> int:
+    """A waiting request's priority: an integer within 32 bits."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
+        raise InvalidRequest(
+            f"priority must be an integer between -{MAX_PRIORITY} and {MAX_PRIORITY}", field="priority"
+        )
+    return value
+
+
+class Waits(EngineBase):
+    """The waiting-line calls of :class:`QuotaEngine`."""
+
+    granter: Granter
+
+    def wait_for(self, reservation_id: str, timeout: float | timedelta) -> Reservation:
+        """Block until the waiting request ``reservation_id`` leaves its line (granted:
+        ``pending``; cancelled: ``rolled_back``; its wait ran out: ``expired``) or ``timeout``
+        runs out; the reservation as it is then (still ``waiting``, with its ``position``,
+        when the timeout ran out first). A reservation that does not wait is returned at once."""
+        rid = validation.reservation_id(reservation_id)
+        seconds = wait_seconds(timeout, "timeout")
+        current = self._placed(rid)
+        if current.state is not ReservationState.WAITING:
+            return current
+        left = self.granter.wait(rid, current.partition, seconds)
+        return left if left is not None else self._placed(rid)
+
+    def grant_waiting(self, *, partition: str | None = None) -> list[Reservation]:
+        """Pass over the waiting lines (of ``partition``, or of every partition) once, now:
+        the requests granted. Requests whose wait ran out leave their line as ``expired``. The
+        engine does this by itself whenever it frees capacity, and the sweep does it too; call
+        it after capacity was freed by means the ledger does not see."""
+        wanted = validation.optional_partition(partition)
+        names = self._lines(wanted)
+        granted: list[Reservation] = []
+        for name in names:
+            for outcome in self._pass(name).values():
+                if isinstance(outcome, Reservation) and outcome.state is ReservationState.PENDING:
+                    granted.append(outcome)
+        return granted
+
+    def _wait_in_line(
+        self, request: ReserveRequest, refused: OverQuota, wait: float, block: bool
+    ) -> Reservation:
+        """``request`` was refused: put it in line for ``wait`` seconds; with ``block``, wait
+        for it to be granted (:class:`WaitTimeout` when the wait runs out first)."""
+        started = time.monotonic()
+        joined = self.driver.run(lambda tx: waiting.join(tx, request, wait))
+        if joined.state is not ReservationState.WAITING:
+            return joined  # its key made it already
+        return self._await(joined, refused.violations, started + wait if block else None)
+
+    def _await(self, current: Reservation, violations: Sequence[Any], deadline: float | None) -> Reservation:
+        """A waiting ``current``, tried once more now; with a ``deadline`` (monotonic), waited
+        for until then, when it leaves the line as expired and :class:`WaitTimeout` is raised."""
+        outcome = self.driver.run(lambda tx: waiting.grant(tx, self.rules, self.bounds, current.id))
+        if isinstance(outcome, Reservation) and outcome.state is not ReservationState.WAITING:
+            return outcome
+        if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
+            violations = outcome.error.violations
+        if deadline is None:
+            return self._placed(current.id)
+        left = self.granter.wait(current.id, current.partition, max(0.0, deadline - time.monotonic()))
+        if left is not None:
+            return left
+        violations = self.granter.refusal(current.id) or violations
+
+        def expire(tx: LedgerTx) -> tuple[Reservation, bool]:
+            locked = tx.lock_reservation(current.id)
+            if locked is None:
+                raise ReservationNotFound(current.id)
+            stored, now = locked
+            if stored.reservation.state is not ReservationState.WAITING:
+                return stored.reservation, False  # granted (or cancelled) meanwhile
+            return waiting.leave(tx, stored.reservation, ReservationState.EXPIRED, now), True
+
+        ended, ran_out = self.driver.run(expire)
+        if ran_out:
+            raise WaitTimeout(current.id, list(violations))
+        return ended
+
+    def _placed(self, reservation_id: str) -> Reservation:
+        found = self.driver.run(lambda tx: _read_placed(tx, reservation_id))
+        if found is None:
+            raise ReservationNotFound(reservation_id)
+        return found
+
+    def _pass(self, partition: str) -> dict[str, Reservation | Refused | None]:
+        """One pass over ``partition``'s line: each request tried in order, in a transaction
+        of its own."""
+        ids = self.driver.run(lambda tx: tx.line(partition, waiting.PASS_LIMIT))
+        outcomes: dict[str, Reservation | Refused | None] = {}
+        for rid in ids:
+            outcomes[rid] = self.driver.run(
+                partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
+            )
+        return outcomes
+
+    def _lines(self, partition: str | None) -> list[str]:
+        """The partitions with a line: ``partition``, if it has one; None: of every partition."""
+        names = [partition] if partition is not None else self.driver.partitions()
+        return self.driver.run(lambda tx: [name for name in names if tx.has_line(name)], read_only=True)
+
+    def _read_many(self, ids: Sequence[str]) -> dict[str, Reservation]:
+        def read(tx: LedgerTx) -> dict[str, Reservation]:
+            return {rid: found.reservation for rid in ids if (found := tx.find_reservation(rid)) is not None}
+
+        return self.driver.run(read)
+
+    def _freed(self, partition: str | None) -> None:
+        """Capacity was freed in ``partition`` (None: anywhere): its line, if it has one, is
+        passed over soon, by the granter's thread."""
+        self.granter.freed(partition)
+
+    def _make_granter(self, interval: float) -> Granter:
+        return Granter(
+            self._pass,
+            self._read_many,
+            self._lines,
+            interval,
+        )
+
+
+def _read_placed(tx: LedgerTx, reservation_id: str) -> Reservation | None:
+    found = tx.find_reservation(reservation_id)
+    return None if found is None else waiting.placed(tx, found.reservation)

@@ -1,0 +1,116 @@
+"""The waiting line: a request that does not fit may wait for capacity, in the database.
+
+A waiting request is a reservation row in state ``waiting`` that holds nothing (no counter
+counts it), in its partition's line, ordered by priority (higher first), then arrival, then id
+(:mod:`quota_ledger.driver.waiting_line`). :func:`join` puts a request in line; :func:`grant`
+decides one waiting request again, by the very rule a new reserve runs (:func:`reserve.general`
+with the request's own row): admitted, the row becomes ``pending``, made now, its ttl counted
+from now; refused, it stays in line and the transaction is as it was. A request whose wait ran
+out leaves the line as ``expired``; one cancelled (a rollback) as ``rolled_back``.
+
+Each grant is a transaction of its own that locks the waiting row first (step 3 of the lock
+order), then decides as a reserve does, so a grant takes its locks in the order every other
+call takes them. A pass over the line tries its requests in order, and a later request that
+fits is granted even when an earlier one does not (best effort first-in first-out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+from quota_ledger.driver.tx import LedgerTx, Undo
+from quota_ledger.ledger import reserve
+from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.ledger.group_decision import Refused
+from quota_ledger.model import validation
+from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.model.requests import ReserveRequest
+from quota_ledger.model.values import Reservation, ReservationState
+
+WAITING = ReservationState.WAITING
+#: how many requests of a line one pass tries at most
+PASS_LIMIT = 1000
+
+
+def join(tx: LedgerTx, request: ReserveRequest, wait_seconds: float) -> Reservation:
+    """Put ``request`` in its partition's line until ``wait_seconds`` from now; the reservation
+    its idempotency key made already, if it made one (waiting, granted or resolved)."""
+    found = reserve.made_before(tx, request)
+    if found is not None:
+        return found
+    now = tx.db_now()
+    made = request.pending(now)
+    waiting = dataclasses.replace(
+        made, state=WAITING, expires_at=made.created_at + timedelta(seconds=wait_seconds)
+    )
+    tx.insert_waiting(waiting, request.request_hash, request.kube, round(request.ttl_seconds * 1000))
+    return placed(tx, waiting)
+
+
+def placed(tx: LedgerTx, reservation: Reservation) -> Reservation:
+    """``reservation`` with its place in line, if it waits."""
+    if reservation.state is not WAITING:
+        return reservation
+    entry = tx.line_entry(reservation.id)
+    if entry is None:
+        return reservation
+    ahead = tx.ahead_of(reservation.partition, reservation.id, entry)
+    return dataclasses.replace(reservation, position=ahead + 1)
+
+
+def grant(
+    tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reservation_id: str
+) -> Reservation | Refused | None:
+    """Decide the waiting request ``reservation_id`` again: its granted reservation, its refusal
+    (it stays in line, nothing is written), the reservation as it is when it no longer waits
+    (an expired wait ends here), or None when there is no such reservation."""
+    locked = tx.lock_reservation(reservation_id)
+    if locked is None:
+        return None
+    stored, now = locked
+    current = stored.reservation
+    if current.state is not WAITING:
+        return current
+    if current.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None):
+        return leave(tx, current, ReservationState.EXPIRED, now)
+    entry = tx.line_entry(reservation_id)
+    if entry is None or entry.ttl_ms is None:  # (the constraint of a waiting row: never)
+        return None
+    request = ReserveRequest(
+        reservation_id=current.id,
+        partition=current.partition,
+        queue=current.queue,
+        resources=dict(current.resources),
+        user=current.user,
+        groups=current.groups,
+        application=current.application,
+        priority_class=current.priority_class,
+        key=current.key,
+        request_hash=stored.request_hash,
+        ttl_seconds=entry.ttl_ms / 1000,
+        kube=stored.kube or {"usage": {}, "scopes": {}},
+        namespace=current.queue.rsplit(".", 1)[-1],
+        priority=current.priority,
+        granting=True,
+    )
+    undo = Undo(tx)
+    undo.before_write()
+    try:
+        made = reserve.general(tx, rules, bounds, request)
+    except QuotaLedgerError as refused:
+        undo.rollback()
+        return Refused(refused)
+    undo.release()
+    return made
+
+
+def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:
+    """Take a waiting request this transaction holds out of line, as ``rolled_back``."""
+    return leave(tx, current, ReservationState.ROLLED_BACK, now)
+
+
+def leave(tx: LedgerTx, current: Reservation, state: ReservationState, now: datetime) -> Reservation:
+    """A waiting request this transaction holds leaves the line, as ``state``."""
+    tx.leave_line([current.id], state.value, now)
+    return dataclasses.replace(current, state=state, resolved_at=now.replace(tzinfo=UTC))
