@@ -4,7 +4,8 @@ A request that does not fit may wait (``reserve(wait=...)``): its row is a reser
 state ``waiting`` that holds nothing, ordered in its partition's line by ``priority`` (higher
 first), then ``queued_at`` (arrival), then ``id``. ``ttl_ms`` is the ttl its grant starts;
 the grant clears it, so a row with ``ttl_ms`` set that is no longer waiting left the line
-without ever holding anything. A waiting row is unresolved (``resolved_at`` is NULL) and its
+without ever holding anything. ``blocked_by`` holds the limits that stopped it when it was last
+tried: the lines it waits in (a ``StrictFIFO`` line lets no later request pass it). A waiting row is unresolved (``resolved_at`` is NULL) and its
 ``expires_at`` is when its wait runs out. The line's index is partial where the engine has
 partial indexes (PostgreSQL, SQLite): rows that never wait add no entry to it.
 
@@ -73,6 +74,9 @@ def upgrade() -> None:
                 "ttl_ms", sa.BigInteger(), nullable=True, comment="the ttl its grant starts; cleared by it"
             )
         )
+        batch.add_column(
+            sa.Column("blocked_by", sa.Text(), nullable=True, comment="JSON: the limits that stopped it last")
+        )
     _replace_checks(_NEW)
     partial = {}
     if engine in ("postgresql", "sqlite"):
@@ -88,6 +92,7 @@ def downgrade() -> None:
     op.drop_index(_LINE, table_name="reservations")
     _replace_checks(_OLD)
     with op.batch_alter_table("reservations") as batch:
+        batch.drop_column("blocked_by")
         batch.drop_column("ttl_ms")
         batch.drop_column("queued_at")
         batch.drop_column("priority")

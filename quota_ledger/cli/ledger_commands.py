@@ -69,6 +69,7 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         examples=[
             "quota-ledger reserve root.dev.team1 vcore=1 memory=2Gi --user sue --group dev",
             "quota-ledger reserve root.dev.team1 vcore=1 --ttl 60 --key job-42  # retried: reserved once",
+            "quota-ledger reserve root.dev.team1 vcore=4 --wait 5m  # wait in line for capacity",
         ],
         exits=over,
     )
@@ -89,7 +90,32 @@ def register(sub: Subcommands, options: SharedOptions) -> None:
         action="store_true",
         help="write nothing: say whether the request would be admitted now, and what stops it",
     )
+    p.add_argument(
+        "--wait",
+        type=_wait,
+        metavar="DURATION",
+        help="if it does not fit, wait in line for capacity this long (30s, 5m, 1h) instead of "
+        "being refused; exit 3 if the wait runs out",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --wait: its priority in line (higher is granted first; default 0)",
+    )
     p.set_defaults(handler=_reserve)
+    p = help_text.add_command(
+        sub,
+        "waiting",
+        parents=[common, part],
+        help="the requests waiting for capacity in QUEUE's subtree, in order",
+        description="The requests waiting for capacity (reserve --wait) in QUEUE's subtree, or in the "
+        "whole partition, in the order they are tried: priority, then arrival.",
+        examples=["quota-ledger waiting root.dev", "quota-ledger waiting --json"],
+    )
+    p.add_argument("queue", nargs="?", help="the queue (default: the whole partition)")
+    p.set_defaults(handler=_waiting)
     p = help_text.add_command(
         sub,
         "commit",
@@ -181,6 +207,12 @@ def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
         "ttl": args.ttl,
         "key": args.key,
     }
+    if args.wait is not None:
+        request["wait"] = args.wait
+        request["priority"] = args.priority
+    elif args.priority:
+        print("error: --priority orders requests that wait: give --wait too", file=sys.stderr)
+        return 2
     resources = resource_pairs(args.resources)
     if args.dry_run:
         explained = engine.explain(args.queue, resources, **request)
@@ -204,6 +236,44 @@ def _reserve(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int
     for warning in made.warnings:  # on stderr: --json output stays one document
         print(f"warning: {warning}", file=sys.stderr)
     return output.reservation(args, made)
+
+
+def _waiting(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:
+    line = engine.waiting(args.queue, partition=args.partition)
+    if args.json:
+        output.emit([dataclasses.asdict(r) for r in line])
+        return 0
+    if not line:
+        print(f"nobody waits in {args.queue or 'partition ' + args.partition}")
+        return 0
+    rows = [
+        [
+            str(r.position),
+            r.id[:8],
+            str(r.priority),
+            r.queue,
+            output.amounts(r.resources),
+            r.created_at.strftime("%H:%M:%S"),
+            r.expires_at.strftime("%H:%M:%S"),
+        ]
+        for r in line
+    ]
+    print(output.table(["POS", "ID", "PRIORITY", "QUEUE", "NEEDS", "SINCE", "UNTIL"], rows))
+    return 0
+
+
+def _wait(text: str) -> float:
+    """``--wait``: a malformed duration is bad usage (exit 2), said by argparse."""
+    from quota_ledger.model import listing
+    from quota_ledger.model.errors import InvalidRequest
+
+    try:
+        seconds = listing.duration(text, "--wait").total_seconds()
+    except InvalidRequest as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("--wait must be longer than 0s")
+    return seconds
 
 
 def _commit(engine: QuotaEngine, args: argparse.Namespace, _s: Settings) -> int:

@@ -128,6 +128,8 @@ def reservation_lines(reservation: Reservation) -> list[str]:
     ]
     if reservation.committed is not None:
         lines.append(f"  committed [{amounts(reservation.committed)}]")
+    if reservation.position is not None:
+        lines.append(f"  waiting in line: position {reservation.position}, priority {reservation.priority}")
     return lines
 
 

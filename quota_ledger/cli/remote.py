@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -38,6 +39,8 @@ from quota_ledger.model.values import (
 if TYPE_CHECKING:
     import httpx
 
+#: the longest long poll the service answers, seconds
+LONG_POLL = 60.0
 INSTALL_HINT = "pip install -e '.[remote]' in a clone (pip install 'quota-ledger[remote]' from an index)"
 
 
@@ -75,9 +78,37 @@ class RemoteEngine:
         return response.json()
 
     # -- ledger ------------------------------------------------------------------------------
-    def reserve(self, queue: str, resources: Mapping[str, Any], **options: Any) -> Reservation:
+    def reserve(
+        self, queue: str, resources: Mapping[str, Any], *, block: bool = True, **options: Any
+    ) -> Reservation:
+        """``POST /v1/reservations``; with ``wait``, a 202 (it waits in line) is long-polled
+        (``GET /v1/reservations/{id}?wait=``) until it leaves the line or ``wait`` runs out
+        (:class:`WaitTimeout`; the service ends it as expired when its wait runs out)."""
         body = {"queue": queue, "resources": dict(resources), **_options(options)}
-        return _reservation(self._call("POST", "/v1/reservations", json=body))
+        made = _reservation(self._call("POST", "/v1/reservations", json=body))
+        wait = body.get("wait")
+        if made.state is not ReservationState.WAITING or not block or wait is None:
+            return made
+        deadline = time.monotonic() + float(wait)
+        path = f"/v1/reservations/{quote(made.id, safe='')}"
+        while made.state is ReservationState.WAITING:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                explained = self.explain(queue, resources, **{**options, "key": None})
+                raise errors.WaitTimeout(made.id, explained.violations)
+            made = _reservation(self._call("GET", path, params={"wait": min(left, LONG_POLL)}))
+        return made
+
+    def waiting(
+        self, queue: str | None = None, *, partition: str = "default", limit: int = 1000
+    ) -> list[Reservation]:
+        """``GET /v1/queues/{queue}/waiting``: the line, in the order it is tried."""
+        found = self._call(
+            "GET",
+            f"/v1/queues/{quote(queue or 'root', safe='')}/waiting",
+            params={"partition": partition, "limit": limit},
+        )
+        return [_reservation(each) for each in found["waiting"]]
 
     def explain(self, queue: str, resources: Mapping[str, Any], **options: Any) -> Explanation:
         """``POST /v1/reservations?dryRun=All``: 201 admitted, 409 with the blockers."""
@@ -277,8 +308,9 @@ def _options(options: Mapping[str, Any]) -> dict[str, Any]:
     found = {k: v for k, v in options.items() if v is not None}
     if "groups" in found:
         found["groups"] = list(found["groups"])
-    if isinstance(found.get("ttl"), timedelta):
-        found["ttl"] = found["ttl"].total_seconds()
+    for name in ("ttl", "wait"):
+        if isinstance(found.get(name), timedelta):
+            found[name] = found[name].total_seconds()
     return found
 
 
@@ -316,6 +348,8 @@ def _reservation(data: Mapping[str, Any]) -> Reservation:
         resolved_at=when(data.get("resolved_at")),
         released_at=when(data.get("released_at")),
         warnings=tuple(data.get("warnings") or ()),
+        priority=int(data.get("priority") or 0),
+        position=data.get("position"),
     )
 
 

@@ -26,6 +26,12 @@ DEFAULT_PARTITION = "default"
 #: the queue property that names what owns a queue's limits (``keystone``): a local
 #: ``set_limits`` on that queue or below it is refused with :class:`ManagedQueue`
 MANAGED_BY = "quota-ledger.io/managed-by"
+#: the queue property that says whether a later request that fits may pass a waiting one that
+#: does not (``BestEffortFIFO``, the default) or not (``StrictFIFO``); inherited by children
+QUEUEING_POLICY = "queueing.policy"
+STRICT_FIFO = "StrictFIFO"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+QUEUEING_POLICIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
 
 #: YuniKorn's ``uint64`` counts; ``strict`` refuses bools and numeric strings
 Count = Annotated[int, Field(ge=0, le=2**64 - 1, strict=True)]

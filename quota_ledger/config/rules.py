@@ -13,7 +13,7 @@ from typing import Any
 
 from quota_ledger.config import layered
 from quota_ledger.config.amounts import parse_config_resources
-from quota_ledger.config.model import Queue, SchedulerConfig
+from quota_ledger.config.model import QUEUEING_POLICY, STRICT_FIFO, Queue, SchedulerConfig
 from quota_ledger.config.queue_max import ROOT, text
 from quota_ledger.kube import admission as kube_admission
 from quota_ledger.kube import quotas as kube_quotas
@@ -55,6 +55,8 @@ class QueueRule:
     groups: Mapping[str, LimitRule] = field(default_factory=dict)
     #: named groups in configuration order: the order of the group selection walk
     group_order: tuple[str, ...] = ()
+    #: its own ``queueing.policy`` property (None: its parent's)
+    policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,22 @@ class PartitionRules:
 
     def quota(self, key: str) -> ResourceQuota | None:
         return next((q for qs in self.quotas.values() for q in qs if q.key == key), None)
+
+    #: whether a queue of the partition is ``StrictFIFO`` (no request passes a waiting one
+    #: ahead of it in a line they share)
+    has_strict_lines: bool = False
+
+    def strict(self, queue: str) -> bool:
+        """Whether ``queue``'s line is ``StrictFIFO``: its own ``queueing.policy``, else its
+        nearest configured ancestor's; ``BestEffortFIFO`` when none says."""
+        path = queue
+        while True:
+            rule = self.queues.get(path)
+            if rule is not None and rule.policy is not None:
+                return rule.policy == STRICT_FIFO
+            if "." not in path:
+                return False
+            path = path.rsplit(".", 1)[0]
 
     @property
     def has_identity_limits(self) -> bool:
@@ -209,6 +227,7 @@ def compile_config(
             {queue: tuple(sorted(qs, key=lambda q: q.key)) for queue, qs in quotas.items()},
             kube_admission.parse(admission) if admission is not None else None,
             refuses_unknown_names=name in refusing,
+            has_strict_lines=any(r.policy == STRICT_FIFO for r in queue_rules.get(name, {}).values()),
         )
     return Rules(version, partitions)
 
@@ -236,6 +255,7 @@ def _walk(queue: Queue, parent: str, found: dict[str, QueueRule]) -> None:
         users=users,
         groups=groups,
         group_order=tuple(order),
+        policy=queue.properties.get(QUEUEING_POLICY),
     )
     for child in queue.queues:
         _walk(child, path, found)

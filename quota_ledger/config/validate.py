@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import re
 
-from quota_ledger.config.model import ROOT, Partition, Queue, SchedulerConfig, normalize
+from quota_ledger.config.model import (
+    QUEUEING_POLICIES,
+    QUEUEING_POLICY,
+    ROOT,
+    Partition,
+    Queue,
+    SchedulerConfig,
+    normalize,
+)
 from quota_ledger.config.placement import check_placement_rules
 from quota_ledger.config.user_group_checks import (
     Report,
@@ -112,6 +120,9 @@ def _check_queues(report: Report, queue: Queue, path: str, *, level: int, is_roo
     """YuniKorn's ``checkQueues``: ACLs, the queue's limits, its children's names; then each child."""
     _check_acl(report, queue.adminacl, path)
     _check_acl(report, queue.submitacl, path)
+    policy = queue.properties.get(QUEUEING_POLICY)
+    if policy is not None and policy not in QUEUEING_POLICIES:
+        report.add(f"{QUEUEING_POLICY} {policy!r} is not known: use StrictFIFO or BestEffortFIFO", queue=path)
     check_queue_limits(report, queue, path, is_root=is_root)
     seen: set[str] = set()
     for child in queue.queues:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect
 
 from quota_ledger.model.errors import SchemaNotReady
 
@@ -35,9 +36,25 @@ def alembic_config(engine: Engine | None = None) -> Config:
 
 def _run(engine: Engine, action: str, revision: str) -> None:
     config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        getattr(command, action)(config, revision)
+    with engine.connect() as conn:
+        # SQLite: a migration that rebuilds a table (copy, drop, rename) would, with foreign keys
+        # enforced, cascade the drop of the old ``reservations`` to its items. The pragma only
+        # takes effect outside a transaction, so it is set on the driver's connection first.
+        sqlite = _sqlite_connection(conn)
+        if sqlite is not None:
+            sqlite.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                config.attributes["connection"] = conn
+                getattr(command, action)(config, revision)
+        finally:
+            if sqlite is not None:
+                sqlite.execute("PRAGMA foreign_keys=ON")
+
+
+def _sqlite_connection(conn: Connection) -> Any:
+    """The sqlite3 connection under ``conn``, or None on another engine."""
+    return conn.connection.driver_connection if conn.dialect.name == "sqlite" else None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

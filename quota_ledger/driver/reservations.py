@@ -369,6 +369,11 @@ def _items(reservation: Reservation) -> list[dict[str, Any]]:
     ]
 
 
+def read_many(conn: Connection, ids: Sequence[str]) -> list[StoredReservation]:
+    """The reservations of ``ids`` that exist, in no order; no lock."""
+    return _many(conn.execute(_READ_MANY, {"ids": list(ids)}).all()) if ids else []
+
+
 def _many(rows: Sequence[Any]) -> list[StoredReservation]:
     grouped: dict[str, list[Any]] = {}
     for row in rows:

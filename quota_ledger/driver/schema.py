@@ -149,6 +149,7 @@ reservations = Table(
     ),
     Column("queued_at", timestamp_type(), nullable=True, comment="when it joined the line"),
     Column("ttl_ms", BigInteger, nullable=True, comment="the ttl its grant starts; cleared by it"),
+    Column("blocked_by", Text, nullable=True, comment="JSON: the limits that stopped it last"),
     # MariaDB only: what its unique key index holds. A keyed row's key; a keyless row's id
     # behind a tab (a key is printable, so the two never meet). An index on the nullable key
     # would do, but Galera certifies a NULL in a unique index as one value, so keyless rows

@@ -5,6 +5,7 @@ clears it). Rows are locked as reservation rows are (step 3 of the lock order in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,8 +15,10 @@ from typing import Any
 from sqlalchemy import Connection, Integer, String, and_, bindparam, func, literal_column, or_, select, update
 from sqlalchemy import insert as sa_insert
 
+from quota_ledger.driver.reservations import read_many
 from quota_ledger.driver.schema import reservation_items, reservations
-from quota_ledger.model.values import Reservation
+from quota_ledger.model import line as lines
+from quota_ledger.model.values import Reservation, Violation
 
 _R = reservations.c
 _I = reservation_items.c
@@ -51,20 +54,46 @@ _RUN_OUT = (
     .limit(bindparam("n", type_=Integer))
 )
 # entry: a row's place in line; no lock.
-_ENTRY = select(_R.priority, _R.queued_at, _R.ttl_ms).where(_R.id == bindparam("id"))
+_ENTRY = select(_R.priority, _R.queued_at, _R.ttl_ms, _R.blocked_by).where(_R.id == bindparam("id"))
+# blocked: what stopped a row this transaction holds when it was last tried.
+_BLOCKED = (
+    update(reservations)
+    .where(_R.id == bindparam("rid"), _R.state == "waiting")
+    .values(blocked_by=bindparam("blocked"))
+)
 # ahead: how many waiting rows of the partition come before (:pr, :at, :id) in grant order.
-_AHEAD = select(func.count()).where(
-    *_IN_LINE,
-    or_(
-        _R.priority > bindparam("pr"),
-        and_(
-            _R.priority == bindparam("pr"),
-            or_(
-                _R.queued_at < bindparam("at"), and_(_R.queued_at == bindparam("at"), _R.id < bindparam("id"))
-            ),
-        ),
+_BEFORE = or_(
+    _R.priority > bindparam("pr"),
+    and_(
+        _R.priority == bindparam("pr"),
+        or_(_R.queued_at < bindparam("at"), and_(_R.queued_at == bindparam("at"), _R.id < bindparam("id"))),
     ),
 )
+_AHEAD = select(func.count()).where(*_IN_LINE, _BEFORE)
+_WITH_ITEMS = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
+# ahead_rows: the waiting rows of a partition before (:pr, :at, :id), with their items; no lock.
+_AHEAD_ROWS = (
+    select(_R.id, _R.queue, _R.blocked_by, _I.resource, _I.amount)
+    .select_from(_WITH_ITEMS)
+    .where(*_IN_LINE, _BEFORE)
+    .order_by(*_ORDER)
+)
+# ahead_rows of a request not in line yet: every waiting row of its priority or higher.
+_AT_LEAST_ROWS = (
+    select(_R.id, _R.queue, _R.blocked_by, _I.resource, _I.amount)
+    .select_from(_WITH_ITEMS)
+    .where(*_IN_LINE, _R.priority >= bindparam("pr"))
+    .order_by(*_ORDER)
+)
+# queue_lines: per queue of a partition, its waiting requests and when the first joined; no lock.
+_QUEUE_LINES = (
+    select(_R.queue, func.count().label("n"), func.min(_R.queued_at).label("oldest"))
+    .where(*_IN_LINE)
+    .group_by(_R.queue)
+    .order_by(_R.queue)
+)
+# last_queued: when the request that joined a partition's line last joined; no lock.
+_LAST_QUEUED = select(func.max(_R.queued_at)).where(*_IN_LINE)
 # has_line: whether a partition has a line; no lock.
 _HAS_LINE = select(_R.id).where(*_IN_LINE).limit(1)
 # grant: waiting -> pending, made now; a row this transaction holds.
@@ -83,11 +112,12 @@ _LEAVE = (
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A waiting row's place in line, and the ttl its grant starts."""
+    """A waiting row's place in line, the ttl its grant starts, and what stopped it last."""
 
     priority: int
     queued_at: datetime
     ttl_ms: int | None
+    blocked: tuple[Violation, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,6 +147,7 @@ class WaitingStatements:
         request_hash: str,
         kube: Mapping[str, Any] | None,
         ttl_ms: int,
+        blocked: Sequence[Violation] = (),
     ) -> None:
         """A new row in the line: ``reservation`` (state ``waiting``, created when it joins,
         ``expires_at`` when its wait runs out) and its items."""
@@ -141,6 +172,7 @@ class WaitingStatements:
                 "priority": reservation.priority,
                 "queued_at": _naive(reservation.created_at),
                 "ttl_ms": ttl_ms,
+                "blocked_by": _blocked_json(blocked),
             },
         )
         if reservation.resources:
@@ -155,6 +187,13 @@ class WaitingStatements:
     def line(self, partition: str, limit: int) -> list[str]:
         """The ids of the first ``limit`` requests of ``partition``'s line, in grant order."""
         return list(self.conn.execute(_LINE, {"p": partition, "n": limit}).scalars())
+
+    def line_reservations(self, partition: str, limit: int) -> list[Reservation]:
+        """The first ``limit`` requests of ``partition``'s line, in grant order, each with its
+        ``position``."""
+        ids = self.line(partition, limit)
+        found = {s.reservation.id: s.reservation for s in read_many(self.conn, ids)}
+        return [dataclasses.replace(found[rid], position=n) for n, rid in enumerate(ids, 1) if rid in found]
 
     def line_rows(self, partition: str) -> list[Waiting]:
         """``partition``'s line in grant order, with what each request needs."""
@@ -185,12 +224,50 @@ class WaitingStatements:
         row = self.conn.execute(_ENTRY, {"id": reservation_id}).one_or_none()
         if row is None or row.queued_at is None:
             return None
-        return Entry(row.priority, _aware(row.queued_at), row.ttl_ms)
+        blocked = lines.from_json(json.loads(row.blocked_by)) if row.blocked_by else ()
+        return Entry(row.priority, _aware(row.queued_at), row.ttl_ms, blocked)
+
+    def set_blocked(self, reservation_id: str, blocked: Sequence[Violation]) -> None:
+        """Record what stopped a waiting row this transaction holds."""
+        params = {"rid": reservation_id, "blocked": _blocked_json(blocked)}
+        self.conn.execute(_BLOCKED, params)
+
+    def line_ahead(
+        self, partition: str, priority: int, place: tuple[datetime, str] | None
+    ) -> list[lines.Ahead]:
+        """The waiting requests of ``partition`` ahead of a request of ``priority`` in grant
+        order: of one in line at ``place`` (queued at, id), or of one not in line yet."""
+        if place is None:
+            rows = self.conn.execute(_AT_LEAST_ROWS, {"p": partition, "pr": priority})
+        else:
+            params = {"p": partition, "pr": priority, "at": _naive(place[0]), "id": place[1]}
+            rows = self.conn.execute(_AHEAD_ROWS, params)
+        found: dict[str, tuple[str, str | None, dict[str, int]]] = {}
+        for row in rows:
+            each = found.setdefault(row.id, (row.queue, row.blocked_by, {}))
+            if row.resource is not None:
+                each[2][row.resource] = row.amount
+        return [
+            lines.Ahead(queue=q, needs=needs, blocked=lines.from_json(json.loads(b)) if b else ())
+            for q, b, needs in found.values()
+        ]
 
     def ahead_of(self, partition: str, reservation_id: str, entry: Entry) -> int:
         """How many waiting requests of ``partition`` come before this one in grant order."""
         params = {"p": partition, "pr": entry.priority, "at": _naive(entry.queued_at), "id": reservation_id}
         return int(self.conn.execute(_AHEAD, params).scalar_one())
+
+    def queue_lines(self, partition: str) -> list[tuple[str, int, datetime]]:
+        """(queue, waiting requests, when the first of them joined) of ``partition``'s line."""
+        return [
+            (row.queue, row.n, _aware(row.oldest))
+            for row in self.conn.execute(_QUEUE_LINES, {"p": partition})
+        ]
+
+    def last_queued(self, partition: str) -> datetime | None:
+        """When the latest of ``partition``'s waiting requests joined its line (None: no line)."""
+        found = self.conn.execute(_LAST_QUEUED, {"p": partition}).scalar()
+        return None if found is None else _aware(found)
 
     def has_line(self, partition: str) -> bool:
         """Whether ``partition`` has a waiting request."""
@@ -208,6 +285,10 @@ class WaitingStatements:
         if not ids:
             return 0
         return self.conn.execute(_LEAVE, {"ids": list(ids), "new_state": state, "now": _naive(now)}).rowcount
+
+
+def _blocked_json(blocked: Sequence[Violation]) -> str | None:
+    return json.dumps(lines.to_json(blocked), sort_keys=True, separators=(",", ":")) if blocked else None
 
 
 def _aware(value: datetime) -> datetime:

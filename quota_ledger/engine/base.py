@@ -31,8 +31,9 @@ class Operation(Generic[T]):
     request: group_commit.Deciders[Any]
     #: the result from the request's value, once its transaction has committed (may raise)
     finish: Callable[[Any], T] | None = None
-    #: it may free capacity: a partition's waiting line is passed over after it
-    frees: bool = False
+    #: it may free capacity (what frees it: ``rollback``, ``commit``, ``release``): the
+    #: partition's waiting line is passed over after it
+    frees: str | None = None
 
 
 def _outcome(call: Callable[[], T]) -> T | Exception:
@@ -72,8 +73,8 @@ class EngineBase:
                 request.step, request.order, request.by_function, request.alone, request.together
             )
         result = value if operation.finish is None else operation.finish(value)
-        if operation.frees and isinstance(result, Reservation):
-            self._freed(result.partition)
+        if operation.frees is not None and isinstance(result, Reservation):
+            self._freed(result.partition, operation.frees)
         return result
 
     def decide_all(self, operations: Sequence[Operation[T]]) -> list[T | Exception]:
@@ -90,17 +91,17 @@ class EngineBase:
             else _outcome(partial(operation.finish, value))
             for operation, value in zip(operations, values, strict=True)
         ]
-        for partition in sorted(
+        for partition, reason in sorted(
             {
-                result.partition
+                (result.partition, operation.frees)
                 for operation, result in zip(operations, results, strict=True)
-                if operation.frees and isinstance(result, Reservation)
+                if operation.frees is not None and isinstance(result, Reservation)
             }
         ):
-            self._freed(partition)
+            self._freed(partition, reason)
         return results
 
-    def _freed(self, partition: str | None) -> None:
+    def _freed(self, partition: str | None, reason: str) -> None:
         """Capacity may have been freed in ``partition`` (None: in any partition): the engine
         grants what now fits of its waiting line (see :mod:`.waiting`)."""
 

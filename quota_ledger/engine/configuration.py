@@ -46,7 +46,7 @@ class Configuration(EngineBase):
         version = self.driver.run(
             lambda tx: set_limits.set_limits(tx, self.rules, partition, queue, wanted, self.bounds)
         )
-        self._freed(partition)
+        self._freed(partition, "limits")
         return version
 
     def apply_config(self, source: Any, *, allow_removing_all: bool = False) -> int:
@@ -64,7 +64,7 @@ class Configuration(EngineBase):
         allow = validation.flag(allow_removing_all, "allow_removing_all")
         edit = configure.replace_with(source)
         version = self.driver.run(lambda tx: self._apply(tx, edit, allow_removing_all=allow))
-        self._freed(None)
+        self._freed(None, "configuration")
         return version
 
     def edit_config(self, edit: Callable[[dict[str, Any]], Any], *, allow_removing_all: bool = False) -> int:
@@ -83,7 +83,7 @@ class Configuration(EngineBase):
             return configure.unwrap(edit(document)), capacity
 
         version = self.driver.run(lambda tx: self._apply(tx, step, allow_removing_all=allow))
-        self._freed(None)
+        self._freed(None, "configuration")
         return version
 
     def diff_config(self, source: Any) -> ConfigDiff:

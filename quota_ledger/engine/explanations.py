@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from quota_ledger.driver.tx import LedgerTx, Undo
+from quota_ledger.engine import waiting as waits
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.ledger import holders, reserve
-from quota_ledger.model.errors import OverQuota
+from quota_ledger.model import validation
+from quota_ledger.model.errors import InvalidRequest, OverQuota
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Explanation
 
@@ -51,6 +54,9 @@ class Explanations(EngineBase):
         terminating: bool = False,
         best_effort: bool | None = None,
         cross_namespace_affinity: bool = False,
+        wait: float | timedelta | None = None,
+        block: bool = True,
+        priority: int = 0,
     ) -> Explanation:
         """What :meth:`reserve` with the same arguments would decide now, writing nothing.
 
@@ -60,8 +66,15 @@ class Explanations(EngineBase):
         :class:`OverQuota` would carry, with the largest holders of what that limit counts).
         Any other refusal is raised, as :meth:`reserve` raises it. With ``key``, a key already
         used is explained as :meth:`reserve` would answer it: admitted, if the request is the
-        same.
+        same. With ``wait`` (and ``priority``), a request that would wait gets ``ahead``: how many
+        waiting requests of its partition would be tried before it (``block`` is accepted, as
+        :meth:`reserve` accepts it, and changes nothing here).
         """
+        validation.flag(block, "block")
+        seconds = None if wait is None else waits.wait_seconds(wait)
+        rank = waits.priority(priority)
+        if seconds is None and rank != 0:
+            raise InvalidRequest("priority orders requests that wait: pass wait= too", field="priority")
         request = self._reserve_request(
             queue,
             resources,
@@ -76,6 +89,7 @@ class Explanations(EngineBase):
             best_effort=best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
         )
+        request = dataclasses.replace(request, priority=rank)
 
         def work(tx: LedgerTx) -> Explanation:
             undo = Undo(tx)
@@ -86,7 +100,10 @@ class Explanations(EngineBase):
                 # The holders as the decision saw them, without the request's own rows.
                 undo.rollback()
                 found = holders.blockers(tx, request.queue, refused.violations)
-                return Explanation(admitted=False, blockers=found)
+                ahead = None
+                if seconds is not None:
+                    ahead = len(tx.line_ahead(request.partition, request.priority, None))
+                return Explanation(admitted=False, blockers=found, ahead=ahead)
             return Explanation(admitted=True)
 
         return self.driver.run(work, rollback=True)

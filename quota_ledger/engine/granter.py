@@ -28,8 +28,41 @@ from quota_ledger.model.values import Reservation, ReservationState, Violation
 
 log = logging.getLogger(__name__)
 
-#: one pass over a partition's line: the outcome of each request tried, by id
-Pass = Callable[[str], dict[str, Reservation | Refused | None]]
+#: one pass over a partition's line, and why: the outcome of each request tried, by id
+Pass = Callable[[str, str], dict[str, Reservation | Refused | None]]
+#: the upper bounds of the wait-time histogram, seconds
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class WaitStats:
+    """What this engine granted: grants by what freed the capacity (``rollback``, ``commit``,
+    ``release``, ``limits``, ``configuration``, ``sweep``, ``poll``: found by a periodic pass,
+    ``join``: at once after joining, ``pass``: by ``grant_waiting``), and how long the requests
+    waited (a histogram, for the service's metrics)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.grants: dict[str, int] = {}
+        #: requests granted after waiting at most each bound of :data:`WAIT_BUCKETS`
+        self.buckets = [0] * len(WAIT_BUCKETS)
+        self.count = 0
+        self.total = 0.0
+
+    def granted(self, reason: str, waited: float) -> None:
+        with self._lock:
+            self.grants[reason] = self.grants.get(reason, 0) + 1
+            for n, bound in enumerate(WAIT_BUCKETS):
+                if waited <= bound:
+                    self.buckets[n] += 1
+            self.count += 1
+            self.total += waited
+
+    def snapshot(self) -> tuple[dict[str, int], list[int], int, float]:
+        """(grants by reason, cumulative bucket counts, count, sum of waits)."""
+        with self._lock:
+            return dict(self.grants), list(self.buckets), self.count, self.total
+
+
 #: the rows of some reservations, as stored now
 Read = Callable[[Sequence[str]], dict[str, Reservation]]
 #: the partitions with a line, of one partition or (None) of every partition
@@ -43,6 +76,7 @@ class Granter:
     def __init__(self, passes: Pass, read: Read, lines: Lines, interval: float) -> None:
         self.passes = passes
         self.read = read
+        self.stats = WaitStats()
         self.lines = lines
         self.interval = interval
         self._cond = threading.Condition()
@@ -50,15 +84,20 @@ class Granter:
         self._blocked: dict[str, str] = {}
         #: how the requests of blocked callers left their line
         self._left: dict[str, Reservation] = {}
+        #: callbacks of watchers (the service's long polls): reservation id -> callbacks
+        self._watchers: dict[str, list[Callable[[Reservation], None]]] = {}
         #: the limits that stopped each blocked caller's request when it was last tried
         self._refusals: dict[str, list[Violation]] = {}
-        self._kicked: set[str] = set()
+        #: partition -> what freed capacity there (its line is passed over next round)
+        self._kicked: dict[str, str] = {}
+        #: how many callers of :meth:`wait` wait for each reservation
+        self._waits: dict[str, int] = {}
         #: partition -> when it was last seen to have a line or not, and whether it had one
         self._seen: dict[str, tuple[float, bool]] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def freed(self, partition: str | None) -> None:
+    def freed(self, partition: str | None, reason: str = "pass") -> None:
         """Capacity was freed in ``partition`` (None: anywhere, as by a new configuration): pass
         over its line, or every line, if there is one."""
         now = time.monotonic()
@@ -66,7 +105,7 @@ class Granter:
             checked, has_line = self._seen.get(partition, (float("-inf"), False))
             if now - checked < self.interval:
                 if has_line:
-                    self.kick(partition)
+                    self.kick(partition, reason)
                 return
         try:
             found = self.lines(partition)
@@ -75,13 +114,13 @@ class Granter:
         if partition is not None:
             self._seen[partition] = (now, bool(found))
         for name in found:
-            self.kick(name)
+            self.kick(name, reason)
 
-    def kick(self, partition: str) -> None:
-        """Pass over ``partition``'s line soon."""
+    def kick(self, partition: str, reason: str = "pass") -> None:
+        """Pass over ``partition``'s line soon (``reason``: what freed capacity there)."""
         with self._cond:
             self._seen[partition] = (time.monotonic(), True)
-            self._kicked.add(partition)
+            self._kicked[partition] = reason
             self._start()
             self._cond.notify_all()
 
@@ -90,8 +129,9 @@ class Granter:
         or ``timeout`` seconds pass (None)."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            self._waits[reservation_id] = self._waits.get(reservation_id, 0) + 1
             self._blocked[reservation_id] = partition
-            self._kicked.add(partition)
+            self._kicked.setdefault(partition, "poll")
             self._start()
             self._cond.notify_all()
             try:
@@ -100,10 +140,39 @@ class Granter:
                     if left <= 0 or self._closed:
                         return None
                     self._cond.wait(left)
-                return self._left.pop(reservation_id)
+                return self._left[reservation_id]
             finally:
-                self._blocked.pop(reservation_id, None)
-                self._left.pop(reservation_id, None)
+                self._waits[reservation_id] -= 1
+                if not self._waits[reservation_id]:
+                    del self._waits[reservation_id]
+                    self._left.pop(reservation_id, None)
+                    if reservation_id not in self._watchers:
+                        self._blocked.pop(reservation_id, None)
+
+    def watch(
+        self, reservation_id: str, partition: str, left: Callable[[Reservation], None]
+    ) -> Callable[[], None]:
+        """Call ``left`` (from the granter's thread) with the reservation when the waiting
+        request ``reservation_id`` leaves its line; the function returned stops watching. A
+        watcher holds no thread: the service's long polls wait on it."""
+        with self._cond:
+            self._watchers.setdefault(reservation_id, []).append(left)
+            self._blocked.setdefault(reservation_id, partition)
+            self._kicked.setdefault(partition, "poll")
+            self._start()
+            self._cond.notify_all()
+
+        def stop() -> None:
+            with self._cond:
+                callbacks = self._watchers.get(reservation_id, [])
+                if left in callbacks:
+                    callbacks.remove(left)
+                if not callbacks:
+                    self._watchers.pop(reservation_id, None)
+                    if reservation_id not in self._waits:
+                        self._blocked.pop(reservation_id, None)
+
+        return stop
 
     def refusal(self, reservation_id: str) -> list[Violation] | None:
         """The limits that stopped a blocked caller's request when it was last tried."""
@@ -125,23 +194,28 @@ class Granter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._kicked:
+                if not self._kicked and not self._closed:
                     self._cond.wait(self.interval if self._blocked else None)
-                if self._closed:
-                    return
-                partitions = self._kicked | set(self._blocked.values())
+                closing = self._closed
+                # Closing, the lines kicked are still passed over (what this engine freed last).
+                partitions = {} if closing else dict.fromkeys(self._blocked.values(), "poll")
+                partitions.update(self._kicked)
                 self._kicked.clear()
             try:
-                self._round(sorted(partitions))
+                if partitions:
+                    self._round(partitions)
             except Exception:  # the thread must outlive any one round; the next round retries
                 log.exception("a pass over the waiting lines failed")
-                time.sleep(self.interval)
+                if not closing:
+                    time.sleep(self.interval)
+            if closing:
+                return
 
-    def _round(self, partitions: list[str]) -> None:
+    def _round(self, partitions: dict[str, str]) -> None:
         refusals: dict[str, list[Violation]] = {}
-        for partition in partitions:
+        for partition, reason in sorted(partitions.items()):
             try:
-                outcomes = self.passes(partition)
+                outcomes = self.passes(partition, reason)
             except QuotaLedgerError as error:
                 log.warning("the waiting line of partition %r was not passed over: %s", partition, error)
                 continue
@@ -157,8 +231,15 @@ class Granter:
             found = self.read(blocked)
         except QuotaLedgerError:
             return
+        calls: list[tuple[Callable[[Reservation], None], Reservation]] = []
         with self._cond:
             for rid, reservation in found.items():
                 if reservation.state is not ReservationState.WAITING and rid in self._blocked:
-                    self._left[rid] = reservation
+                    if rid in self._waits:
+                        self._left[rid] = reservation
+                    calls.extend((call, reservation) for call in self._watchers.pop(rid, []))
+                    if rid not in self._waits:
+                        self._blocked.pop(rid, None)
             self._cond.notify_all()
+        for call, reservation in calls:
+            call(reservation)

@@ -339,12 +339,8 @@ class Reservations(Waits):
         )
 
     def get(self, reservation_id: str) -> Reservation:
-        """The reservation with this id, as stored now."""
-        wanted = validation.reservation_id(reservation_id)
-        found = self.driver.run(lambda tx: tx.find_reservation(wanted))
-        if found is None:
-            raise ReservationNotFound(wanted)
-        return found.reservation
+        """The reservation with this id, as stored now (a waiting one with its ``position``)."""
+        return self._placed(validation.reservation_id(reservation_id))
 
     def get_by_key(self, key: str, *, partition: str = DEFAULT_PARTITION) -> Reservation:
         """The reservation made with this idempotency key."""
@@ -372,7 +368,7 @@ class Reservations(Waits):
         validation.reservation_id(reservation_id)
         amounts = None if resources is None else self._bounded(resources, self.bounds.request)
         request = self.paths.commit(reservation_id, amounts, str(uuid.uuid4()))
-        return Operation(request, resolve.raise_expired, frees=amounts is not None)
+        return Operation(request, resolve.raise_expired, frees="commit" if amounts is not None else None)
 
     def rollback(self, reservation_id: str) -> Reservation:
         """Release a pending reservation. Rolling back twice, or an expired one, returns it;
@@ -384,7 +380,7 @@ class Reservations(Waits):
         validation.reservation_id(reservation_id)
         return Operation(
             group_commit.Deciders(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id)),
-            frees=True,
+            frees="rollback",
         )
 
     def release(
@@ -428,7 +424,7 @@ class Reservations(Waits):
             key=key,
         )
         self.driver.run(operation)
-        self._freed(partition)
+        self._freed(partition, "release")
 
     def release_reservation(self, reservation_id: str, *, finished: bool = False) -> Reservation:
         """Release everything a committed reservation holds (its pod is gone), once.
@@ -447,7 +443,7 @@ class Reservations(Waits):
                         tx, self.rules, reservation_id, finished, operation_id
                     )
                 ),
-                frees=True,
+                frees="release",
             )
         )
 

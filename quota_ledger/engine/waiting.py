@@ -10,11 +10,11 @@ from functools import partial
 from typing import Any
 
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.engine.base import EngineBase
+from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.engine.granter import Granter
 from quota_ledger.ledger import waiting
 from quota_ledger.ledger.group_decision import Refused
-from quota_ledger.model import validation
+from quota_ledger.model import queues, validation
 from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, WaitTimeout
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation, ReservationState
@@ -67,6 +67,20 @@ class Waits(EngineBase):
         left = self.granter.wait(rid, current.partition, seconds)
         return left if left is not None else self._placed(rid)
 
+    def waiting(
+        self, queue: str | None = None, *, partition: str = DEFAULT_PARTITION, limit: int = 1000
+    ) -> list[Reservation]:
+        """The waiting requests of ``queue``'s subtree (or of the whole partition), in the order
+        they are tried (priority, then arrival), each with its ``position`` in the partition's
+        line and what it asks for; at most ``limit`` (up to 1000) of the line's first."""
+        validation.partition(partition)
+        if queue is not None:
+            validation.queue(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= waiting.PASS_LIMIT:
+            raise InvalidRequest(f"limit must be an integer from 1 to {waiting.PASS_LIMIT}", field="limit")
+        found = self.driver.run(lambda tx: tx.line_reservations(partition, limit), read_only=True)
+        return [r for r in found if queue is None or queues.in_subtree(r.queue, queue)]
+
     def grant_waiting(self, *, partition: str | None = None) -> list[Reservation]:
         """Pass over the waiting lines (of ``partition``, or of every partition) once, now:
         the requests granted. Requests whose wait ran out leave their line as ``expired``. The
@@ -76,7 +90,7 @@ class Waits(EngineBase):
         names = self._lines(wanted)
         granted: list[Reservation] = []
         for name in names:
-            for outcome in self._pass(name).values():
+            for outcome in self._pass(name, "sweep").values():
                 if isinstance(outcome, Reservation) and outcome.state is ReservationState.PENDING:
                     granted.append(outcome)
         return granted
@@ -87,7 +101,7 @@ class Waits(EngineBase):
         """``request`` was refused: put it in line for ``wait`` seconds; with ``block``, wait
         for it to be granted (:class:`WaitTimeout` when the wait runs out first)."""
         started = time.monotonic()
-        joined = self.driver.run(lambda tx: waiting.join(tx, request, wait))
+        joined = self.driver.run(lambda tx: waiting.join(tx, self.rules, request, wait, refused.violations))
         if joined.state is not ReservationState.WAITING:
             return joined  # its key made it already
         return self._await(joined, refused.violations, started + wait if block else None)
@@ -96,6 +110,9 @@ class Waits(EngineBase):
         """A waiting ``current``, tried once more now; with a ``deadline`` (monotonic), waited
         for until then, when it leaves the line as expired and :class:`WaitTimeout` is raised."""
         outcome = self.driver.run(lambda tx: waiting.grant(tx, self.rules, self.bounds, current.id))
+        if isinstance(outcome, waiting.Granted):
+            self.granter.stats.granted("join", outcome.waited)
+            return outcome.reservation
         if isinstance(outcome, Reservation) and outcome.state is not ReservationState.WAITING:
             return outcome
         if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
@@ -127,15 +144,19 @@ class Waits(EngineBase):
             raise ReservationNotFound(reservation_id)
         return found
 
-    def _pass(self, partition: str) -> dict[str, Reservation | Refused | None]:
+    def _pass(self, partition: str, reason: str = "pass") -> dict[str, Reservation | Refused | None]:
         """One pass over ``partition``'s line: each request tried in order, in a transaction
-        of its own."""
+        of its own; its grants counted under ``reason`` (what freed the capacity)."""
         ids = self.driver.run(lambda tx: tx.line(partition, waiting.PASS_LIMIT))
         outcomes: dict[str, Reservation | Refused | None] = {}
         for rid in ids:
-            outcomes[rid] = self.driver.run(
+            outcome = self.driver.run(
                 partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
             )
+            if isinstance(outcome, waiting.Granted):
+                self.granter.stats.granted(reason, outcome.waited)
+                outcome = outcome.reservation
+            outcomes[rid] = outcome
         return outcomes
 
     def _lines(self, partition: str | None) -> list[str]:
@@ -149,10 +170,10 @@ class Waits(EngineBase):
 
         return self.driver.run(read)
 
-    def _freed(self, partition: str | None) -> None:
-        """Capacity was freed in ``partition`` (None: anywhere): its line, if it has one, is
-        passed over soon, by the granter's thread."""
-        self.granter.freed(partition)
+    def _freed(self, partition: str | None, reason: str) -> None:
+        """Capacity was freed in ``partition`` (None: anywhere) by ``reason``: its line, if it
+        has one, is passed over soon, by the granter's thread."""
+        self.granter.freed(partition, reason)
 
     def _make_granter(self, interval: float) -> Granter:
         return Granter(

@@ -85,6 +85,8 @@ class FastLane:
                 parsed = models.ReserveBody.model_validate(json.loads(body))
             except (ValueError, RecursionError, pydantic.ValidationError):
                 return None
+            if parsed.wait is not None:
+                return None  # it may wait in line: the application answers 201 or 202
             return lambda: self.ops.reserve(parsed, token, parsed.key)
         if body:
             return None

@@ -92,6 +92,40 @@ class LedgerOps:
         the key's scoped form (:mod:`quota_ledger.http.scoped`)."""
         return self.decide(self.plan_reserve(body, token, key))
 
+    def reserve_or_wait(self, body: models.ReserveBody, token: Token, key: Any) -> Reservation:
+        """Reserve in a queue, or join its partition's line for ``body.wait`` seconds when the
+        request does not fit (the reservation then waits, with its position): 403 outside the
+        token's scope, 422 for a pod (a pod's admission is decided at once)."""
+        if body.pod is not None:
+            raise InvalidRequest("a pod does not wait in line: leave out wait", field="wait")
+        if body.queue is None:
+            raise InvalidRequest("queue is required", field="queue")
+        check_scope(token, body.partition, body.queue)
+        started = time.perf_counter()
+        try:
+            made = self.engine.reserve(
+                body.queue,
+                body.resources,
+                partition=body.partition,
+                user=body.user,
+                groups=body.groups,
+                application=body.application,
+                priority_class=body.priority_class,
+                ttl=body.ttl,
+                key=key,
+                terminating=body.terminating,
+                best_effort=body.best_effort,
+                cross_namespace_affinity=body.cross_namespace_affinity,
+                wait=body.wait,
+                block=False,
+                priority=body.priority,
+            )
+        except Exception as error:
+            self.metrics.record("reserve", started, error)
+            raise
+        self.metrics.record("reserve", started)
+        return scoped.shown(token, made)
+
     def commit(
         self, reservation_id: str, token: Token, resources: Mapping[str, Any] | None = None
     ) -> Reservation:

@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from quota_ledger.engine import QuotaEngine
+from quota_ledger.engine.granter import WAIT_BUCKETS
 from quota_ledger.http import errors as http_errors
 from quota_ledger.model.errors import OverQuota, QuotaLedgerError
 from quota_ledger.runtime import overview, sweeper
@@ -161,6 +162,7 @@ class _LedgerCollector(Collector):
         yield pending
         yield oldest
         yield retries
+        yield from self._waiting()
         stats = self.engine.batch_stats
         yield CounterMetricFamily(
             "quota_ledger_group_commit_batches", "Transactions group commit decided", value=stats.batches
@@ -168,6 +170,45 @@ class _LedgerCollector(Collector):
         yield CounterMetricFamily(
             "quota_ledger_group_commit_requests", "Requests decided in group commit", value=stats.requests
         )
+
+    def _waiting(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            "quota_ledger_waiting_requests", "Requests waiting for capacity", labels=["partition", "queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "quota_ledger_oldest_waiting_seconds",
+            "How long the longest-waiting request of the partition has waited",
+            labels=["partition"],
+        )
+        longest: dict[str, float] = {}
+        try:
+            for partition, queue, count, age in overview.waiting_summary(self.engine):
+                waiting.add_metric([partition, queue], count)
+                longest[partition] = max(age, longest.get(partition, 0.0))
+        except QuotaLedgerError:
+            pass
+        for partition, age in sorted(longest.items()):
+            oldest.add_metric([partition], age)
+        yield waiting
+        yield oldest
+        grants, buckets, count, total = self.engine.granter.stats.snapshot()
+        granted = CounterMetricFamily(
+            "quota_ledger_waiting_grants",
+            "Waiting requests this process granted, by what freed the capacity",
+            labels=["reason"],
+        )
+        for reason, n in sorted(grants.items()):
+            granted.add_metric([reason], n)
+        yield granted
+        histogram = HistogramMetricFamily(
+            "quota_ledger_wait_seconds", "How long the requests this process granted waited in line"
+        )
+        histogram.add_metric(
+            [],
+            [(str(bound), n) for bound, n in zip(WAIT_BUCKETS, buckets, strict=True)] + [("+Inf", count)],
+            total,
+        )
+        yield histogram
 
 
 class _SweeperCollector(Collector):

@@ -56,6 +56,10 @@ class ReserveBody(_Strict):
     ttl: Seconds = None
     key: Name = None
     pod: dict[str, Any] | None = None
+    #: wait up to this many seconds for capacity in line instead of a refusal (202 while it waits)
+    wait: Seconds = None
+    #: of two waiting requests, the higher is tried first
+    priority: Annotated[Any, WithJsonSchema({"type": "integer"})] = 0
 
 
 class CommitBody(_Strict):
@@ -101,6 +105,10 @@ class ReservationOut(BaseModel):
     released_at: datetime | None = None
     #: what a reserve named that no configuration knows, a likely typo (also ``Warning`` headers)
     warnings: list[str] = []
+    #: what it waited, or waits, with in line
+    priority: int = 0
+    #: while it waits: its place in its partition's line (1 = next to be tried)
+    position: int | None = None
 
     @classmethod
     def of(cls, reservation: Reservation) -> ReservationOut:
@@ -109,6 +117,12 @@ class ReservationOut(BaseModel):
         data["groups"] = list(reservation.groups)
         data["warnings"] = list(reservation.warnings)
         return cls(**data)
+
+
+class WaitingOut(BaseModel):
+    """A line of requests waiting for capacity, in the order they are tried."""
+
+    waiting: list[ReservationOut]
 
 
 class UsageOut(BaseModel):

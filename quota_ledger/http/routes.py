@@ -13,6 +13,7 @@ from quota_ledger.http import (
     config_views,
     dry_run,
     ledger_ops,
+    long_poll,
     models,
     reservation_list,
     scoped,
@@ -21,6 +22,7 @@ from quota_ledger.http.auth import Authenticator, check_scope
 from quota_ledger.http.metrics import Metrics
 from quota_ledger.model import history, queues, short_ids, validation
 from quota_ledger.model.errors import IdempotencyConflict, ReservationNotFound
+from quota_ledger.model.values import ReservationState
 from quota_ledger.runtime import overview
 from quota_ledger.runtime.tokens import Token
 
@@ -64,6 +66,13 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         key = body.key if body.key is not None else idempotency_key
         if dry is not None:
             return dry_run.explain(engine, body, token, key)
+        if body.wait is not None:
+            made = ops.reserve_or_wait(body, token, key)
+            if made.state is ReservationState.WAITING:
+                response = ledger_ops.reservation_response(made, 202)
+                response.headers["Location"] = f"/v1/reservations/{made.id}"
+                return response
+            return ledger_ops.reservation_response(made, 201)
         return ledger_ops.reservation_response(ops.reserve(body, token, key), 201)
 
     @router.get(
@@ -101,11 +110,34 @@ def build(engine: QuotaEngine, auth: Authenticator, metrics: Metrics) -> APIRout
         return [r.id for r in mine if token.covers(r.partition, r.queue)]
 
     @router.get("/reservations/{reservation_id}", response_model=models.ReservationOut, tags=["ledger"])
-    def get_reservation(reservation_id: str, token: Annotated[Token, reader]) -> models.ReservationOut:
-        found = engine.get(reservation_id)
+    async def get_reservation(
+        reservation_id: str,
+        token: Annotated[Token, reader],
+        wait: Annotated[float | None, Query(gt=0, le=long_poll.MAX_WAIT)] = None,
+    ) -> models.ReservationOut:
+        """The reservation as stored now. With ``wait`` (seconds, at most 60), a waiting one is
+        answered when it leaves its line or when ``wait`` runs out, whichever comes first (a long
+        poll; the service holds no thread for it)."""
+        found = await run_in_threadpool(engine.get, reservation_id)
         if not ledger_ops.visible(token, found):
             raise ReservationNotFound(reservation_id)
+        if wait is not None and found.state is ReservationState.WAITING:
+            found = await long_poll.until_it_leaves(engine, found, wait)
         return models.ReservationOut.of(scoped.shown(token, found))
+
+    @router.get("/queues/{queue}/waiting", response_model=models.WaitingOut, tags=["ledger"])
+    def waiting_line(
+        queue: str,
+        token: Annotated[Token, reader],
+        partition: Annotated[str, Query(max_length=64)] = "default",
+        limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    ) -> models.WaitingOut:
+        """The requests waiting for capacity in ``queue``'s subtree, in the order they are tried
+        (priority, then arrival), each with its place in the partition's line and what it asks
+        for."""
+        check_scope(token, partition, queue)
+        line = engine.waiting(queue, partition=partition, limit=limit)
+        return models.WaitingOut(waiting=[models.ReservationOut.of(scoped.shown(token, r)) for r in line])
 
     @router.post(
         "/reservations/{reservation_id}/commit", response_model=models.ReservationOut, tags=["ledger"]

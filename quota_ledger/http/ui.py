@@ -113,6 +113,8 @@ def render(
     groups = engine.group_usages(partition=partition)
     pending = overview.soonest_expiring(engine, partition, 15)
     pending_count = sum(n for p, n, _ in overview.pending_summary(engine) if p == partition)
+    lines = [(q, n, age) for p, q, n, age in overview.waiting_summary(engine) if p == partition]
+    waiting_count = sum(n for _, n, _ in lines)
     quotas = [
         (f"{ns}/{name}", engine.resource_quota_status(ns, name, partition=partition))
         for ns, name in engine.resource_quotas(partition=partition)
@@ -154,6 +156,10 @@ def render(
         "<section class=panel><h2>Pending reservations expiring next "
         f"<small>{pending_count} pending</small></h2>",
         ui_tables.pending_table(pending),
+        "</section>",
+        "<section class=panel><h2>Waiting for capacity "
+        f"<small>{waiting_count} waiting, by queue</small></h2>",
+        ui_tables.waiting_table(lines),
         "</section>",
         "<section class=panel><h2>ResourceQuotas</h2>",
         ui_tables.quota_table(quotas),

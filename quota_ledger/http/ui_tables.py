@@ -246,6 +246,23 @@ def pending_table(pending: list[Reservation]) -> str:
     return "".join(rows)
 
 
+def waiting_table(lines: list[tuple[str, int, float]]) -> str:
+    """Per queue: how many requests wait for capacity, and how long the longest has waited."""
+    if not lines:
+        return "<p id=waiting class=muted>Nobody waits for capacity.</p>"
+    rows = [
+        "<table id=waiting><thead><tr><th>queue</th><th class=num>waiting</th>"
+        "<th class=num>longest wait</th></tr></thead><tbody>"
+    ]
+    for queue, count, age in lines:
+        rows.append(
+            f"<tr><td class=path>{path(queue)}</td><td class=num>{count}</td>"
+            f"<td class=num>{remaining(age)}</td></tr>"
+        )
+    rows.append("</tbody></table>")
+    return "".join(rows)
+
+
 def remaining(seconds: float) -> str:
     """A time left as a person reads it: ``45 s``, ``59 min``, ``2 h 5 min``, ``3 d 4 h``."""
     whole = int(seconds)

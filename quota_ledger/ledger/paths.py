@@ -9,6 +9,7 @@ Two things may decide instead, for speed, and both decide as the rule would:
   batching one call for a batch's reserves of a partition and one for its whole commits
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
+  A partition with a ``StrictFIFO`` queue is left to the rule, which reads its waiting lines;
 - with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition
   (:func:`.reserve.decide`, which decides a request alone as a set of one), and its commits,
   whole or partial (:func:`.resolve.together`: the function that resolves a commit alone, for
@@ -67,13 +68,17 @@ class Paths:
         step = partial(reserve.general, rules=self.rules, bounds=self.bounds, request=request)
         batch_call = partial(reserve_function.in_batch, rules=self.rules, request=request)
         alone = None
-        if self.functions and request.resources:
+        # The server functions know nothing of waiting lines: a partition with a StrictFIFO
+        # queue is decided by the rule, which reads its lines (a configuration made strict
+        # since these rules were compiled changes the version, which the functions decline).
+        functions = not self.rules.known(self.driver.run).partition(request.partition).has_strict_lines
+        if functions and self.functions and request.resources:
             by_function = reserve_function.by_function_or_general
             alone = partial(by_function, self.driver, self.rules, self.bounds, request)
         return group_commit.Deciders(
             step,
             (request.partition, request.queue),
-            batch_call if self.batch_functions else None,
+            batch_call if functions and self.batch_functions else None,
             alone,
             reserve.together(self.rules, self.bounds, request) if self.sets else None,
         )

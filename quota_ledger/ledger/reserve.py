@@ -46,9 +46,9 @@ from quota_ledger.kube.quotas import ResourceQuota
 from quota_ledger.ledger import reserve_tracking, resource_quotas
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused, Together
-from quota_ledger.model import arguments, charges, queues, validation
+from quota_ledger.model import arguments, charges, line, queues, validation
 from quota_ledger.model.counters import Counter
-from quota_ledger.model.errors import InvalidRequest, QuotaLedgerError
+from quota_ledger.model.errors import InvalidRequest, OverQuota, QuotaLedgerError
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation, Violation
 
@@ -128,6 +128,8 @@ def decide(
             outcomes[n] = Refused(error)
             continue
         candidates.append(_Candidate(n, request, quotas))
+    if in_force.has_strict_lines:
+        candidates = _not_behind(tx, in_force, candidates, outcomes)
     if not candidates:
         return outcomes
     if alone:
@@ -161,6 +163,31 @@ def made_before(tx: LedgerTx, request: ReserveRequest) -> Reservation | None:
     if tx.attempt and (found := tx.find_reservation(request.reservation_id)):
         return found.reservation
     return None
+
+
+def _not_behind(
+    tx: LedgerTx, rules: PartitionRules, candidates: list[_Candidate], outcomes: dict[int, Outcome]
+) -> list[_Candidate]:
+    """Those of ``candidates`` that pass no waiting request of a ``StrictFIFO`` line they share
+    (:mod:`quota_ledger.model.line`); the others are refused, with the limits of those lines."""
+    passing = []
+    for candidate in candidates:
+        request = candidate.request
+        place = (request.queued_at, request.reservation_id) if request.queued_at is not None else None
+        ahead = tx.line_ahead(request.partition, request.priority, place)
+        asker = line.Asker(
+            queue=request.queue,
+            resources=request.resources,
+            user=request.user,
+            groups=request.groups,
+            application=request.application,
+        )
+        found = line.behind(asker, ahead, rules.strict) if ahead else []
+        if found:
+            outcomes[candidate.place] = Refused(OverQuota(found))
+        else:
+            passing.append(candidate)
+    return passing
 
 
 def _quotas(rules: PartitionRules, request: ReserveRequest, *, charging: bool) -> list[ResourceQuota]:

@@ -17,6 +17,8 @@ fits is granted even when an earlier one does not (best effort first-in first-ou
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from quota_ledger.driver.tx import LedgerTx, Undo
@@ -24,27 +26,46 @@ from quota_ledger.ledger import reserve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
-from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.model.errors import OverQuota, QuotaLedgerError
 from quota_ledger.model.requests import ReserveRequest
-from quota_ledger.model.values import Reservation, ReservationState
+from quota_ledger.model.values import Reservation, ReservationState, Violation
 
 WAITING = ReservationState.WAITING
 #: how many requests of a line one pass tries at most
 PASS_LIMIT = 1000
 
 
-def join(tx: LedgerTx, request: ReserveRequest, wait_seconds: float) -> Reservation:
-    """Put ``request`` in its partition's line until ``wait_seconds`` from now; the reservation
-    its idempotency key made already, if it made one (waiting, granted or resolved)."""
+def join(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    request: ReserveRequest,
+    wait_seconds: float,
+    blocked: Sequence[Violation],
+) -> Reservation:
+    """Put ``request`` in its partition's line until ``wait_seconds`` from now, waiting in the
+    lines of the limits ``blocked`` names; the reservation its idempotency key made already, if
+    it made one (waiting, granted or resolved).
+
+    In a partition with a ``StrictFIFO`` queue the request joins under the partition's exclusive
+    lock: every reserve that decides after it sees it in line, and none that decided before it
+    is still deciding."""
     found = reserve.made_before(tx, request)
     if found is not None:
         return found
-    now = tx.db_now()
+    if rules.partition(tx, request.partition).has_strict_lines:
+        now = tx.lock_partition(request.partition, exclusive=True)
+    else:
+        now = tx.db_now()
     made = request.pending(now)
+    # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
+    # joins after the last one that joined, by a microsecond at least.
+    last = tx.last_queued(request.partition)
+    arrived = made.created_at if last is None else max(made.created_at, last + timedelta(microseconds=1))
     waiting = dataclasses.replace(
-        made, state=WAITING, expires_at=made.created_at + timedelta(seconds=wait_seconds)
+        made, state=WAITING, created_at=arrived, expires_at=arrived + timedelta(seconds=wait_seconds)
     )
-    tx.insert_waiting(waiting, request.request_hash, request.kube, round(request.ttl_seconds * 1000))
+    ttl_ms = round(request.ttl_seconds * 1000)
+    tx.insert_waiting(waiting, request.request_hash, request.kube, ttl_ms, blocked)
     return placed(tx, waiting)
 
 
@@ -59,12 +80,20 @@ def placed(tx: LedgerTx, reservation: Reservation) -> Reservation:
     return dataclasses.replace(reservation, position=ahead + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A waiting request :func:`grant` granted: its reservation, and how long it waited."""
+
+    reservation: Reservation
+    waited: float
+
+
 def grant(
     tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, reservation_id: str
-) -> Reservation | Refused | None:
-    """Decide the waiting request ``reservation_id`` again: its granted reservation, its refusal
-    (it stays in line, nothing is written), the reservation as it is when it no longer waits
-    (an expired wait ends here), or None when there is no such reservation."""
+) -> Granted | Reservation | Refused | None:
+    """Decide the waiting request ``reservation_id`` again: its grant, its refusal (it stays in
+    line, nothing is written), the reservation as it is when it no longer waits (an expired wait
+    ends here), or None when there is no such reservation."""
     locked = tx.lock_reservation(reservation_id)
     if locked is None:
         return None
@@ -93,6 +122,7 @@ def grant(
         namespace=current.queue.rsplit(".", 1)[-1],
         priority=current.priority,
         granting=True,
+        queued_at=entry.queued_at,
     )
     undo = Undo(tx)
     undo.before_write()
@@ -100,9 +130,12 @@ def grant(
         made = reserve.general(tx, rules, bounds, request)
     except QuotaLedgerError as refused:
         undo.rollback()
+        if isinstance(refused, OverQuota) and tuple(refused.violations) != entry.blocked:
+            tx.set_blocked(current.id, refused.violations)
         return Refused(refused)
     undo.release()
-    return made
+    waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
+    return Granted(made, max(0.0, waited))
 
 
 def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:

@@ -47,6 +47,8 @@ class ReserveRequest:
     priority: int = 0
     #: it is a waiting request's grant: its row is in the line already (state ``waiting``)
     granting: bool = False
+    #: when a waiting request joined its line (its grant's place in line)
+    queued_at: datetime | None = None
 
     def pending(self, now: datetime) -> Reservation:
         """The reservation as stored, created at ``now`` (the database clock)."""

@@ -161,8 +161,8 @@ class Explanation:
     #: one for each limit that stops the request (none when admitted), in the order of
     #: :attr:`OverQuota.violations`
     blockers: tuple[Blocker, ...] = ()
-    #: for a request that would wait for capacity, how many requests are ahead of it in line;
-    #: None when it would not wait
+    #: for a request that would wait for capacity (``wait=``), how many waiting requests of its
+    #: partition would be tried before it; None when it would not wait
     ahead: int | None = None
 
     @property

@@ -5,7 +5,7 @@ replication delay; looking a reservation up by a short id stays on the writer.""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from quota_ledger.driver import history as history_rows
 from quota_ledger.driver import reads
@@ -19,6 +19,22 @@ from quota_ledger.model.values import Reservation, Usage
 def pending_summary(engine: QuotaEngine) -> list[tuple[str, int, float]]:
     """(partition, pending reservations, age in seconds of the oldest)."""
     return engine.driver.run(lambda tx: reads.pending_summary(tx.conn), read_only=True)
+
+
+def waiting_summary(engine: QuotaEngine) -> list[tuple[str, str, int, float]]:
+    """(partition, queue, waiting requests, seconds the longest of them has waited)."""
+
+    names = engine.driver.partitions()
+
+    def read(tx: LedgerTx) -> list[tuple[str, str, int, float]]:
+        now = tx.db_now().replace(tzinfo=UTC)
+        return [
+            (partition, queue, n, max(0.0, (now - oldest).total_seconds()))
+            for partition in names
+            for queue, n, oldest in tx.queue_lines(partition)
+        ]
+
+    return engine.driver.run(read, read_only=True)
 
 
 def soonest_expiring(engine: QuotaEngine, partition: str = "default", limit: int = 20) -> list[Reservation]:

@@ -227,3 +227,97 @@ def test_capacity_freed_by_another_engine_is_granted_within_the_poll_interval(
     finally:
         other.close()
     assert granted.state is PENDING
+
+
+STRICT = """
+partitions:
+- name: default
+  queues:
+  - name: root
+    queues:
+    - name: team
+      properties: {queueing.policy: StrictFIFO}
+      resources: {max: {vcore: 10, memory: 10Gi}}
+      queues:
+      - name: a
+        resources: {max: {vcore: 6}}
+      - name: b
+      - name: free
+        properties: {queueing.policy: BestEffortFIFO}
+        resources: {max: {vcore: 2}}
+    - name: other
+"""
+
+
+@pytest.fixture
+def strict(path_ledger: QuotaEngine) -> QuotaEngine:
+    path_ledger.apply_config(STRICT)
+    return path_ledger
+
+
+def test_under_strict_fifo_a_later_request_that_fits_does_not_pass_a_waiting_one(strict: QuotaEngine) -> None:
+    holder = strict.reserve("root.team.b", {"vcore": "8"})
+    big = strict.reserve("root.team.b", {"vcore": "5"}, wait=30, block=False)
+    with pytest.raises(OverQuota) as refused:
+        strict.reserve("root.team.b", {"vcore": "1"})  # fits the limit, but the line is strict
+    (violation,) = refused.value.violations
+    assert (violation.scope, violation.resource, violation.requested) == ("root.team", "vcore", 6000)
+    explained = strict.explain("root.team.b", {"vcore": "1"}, wait=5)
+    assert (explained.admitted, explained.ahead) == (False, 1)
+    small = strict.reserve("root.team.b", {"vcore": "1"}, wait=30, block=False)
+    assert (small.state, small.position) == (WAITING, 2)
+    strict.commit(holder.id, {"vcore": "6"})  # frees 2: not the big one, so not the small one behind it
+    assert strict.wait_for(small.id, 0.5).state is WAITING
+    strict.set_limits("root.team", {"vcore": "16"})  # room for both: the big one first
+    assert strict.wait_for(big.id, 10).state is PENDING
+    assert strict.wait_for(small.id, 10).state is PENDING
+    assert reserved(strict) == 6000
+    assert strict.audit() == []
+
+
+def test_strict_fifo_blocks_only_requests_for_what_the_line_waits_for(strict: QuotaEngine) -> None:
+    strict.reserve("root.team.b", {"vcore": "8"})
+    strict.reserve("root.team.b", {"vcore": "5"}, wait=30, block=False)
+    # no vcore asked: nothing to wait for behind it
+    assert strict.reserve("root.team.b", {"memory": "1Gi"}).state is PENDING
+    # outside root.team: another line
+    assert strict.reserve("root.other", {"vcore": "100"}).state is PENDING
+    # a higher priority is ahead of it in the line
+    assert strict.reserve("root.team.b", {"vcore": "1"}, wait=5, priority=1).state is PENDING
+
+
+def test_a_queue_may_set_best_effort_below_a_strict_parent(strict: QuotaEngine) -> None:
+    strict.reserve("root.team.free", {"vcore": "2"})
+    waiting = strict.reserve("root.team.free", {"vcore": "2"}, wait=30, block=False)
+    assert waiting.state is WAITING  # blocked by root.team.free's own limit: a best-effort line
+    assert strict.reserve("root.team.b", {"vcore": "1"}).state is PENDING
+    strict.reserve("root.team.a", {"vcore": "6"})
+    inherited = strict.reserve("root.team.a", {"vcore": "1"}, wait=30, block=False)
+    assert inherited.state is WAITING  # root.team.a inherits StrictFIFO from root.team
+    with pytest.raises(OverQuota):
+        strict.reserve("root.team.a", {"vcore": "1"})
+
+
+def test_an_unknown_queueing_policy_is_refused(ledger: QuotaEngine) -> None:
+    from quota_ledger import ConfigError
+
+    version = ledger.config_version()
+    with pytest.raises(ConfigError, match=r"queueing\.policy 'Fifo' is not known"):
+        ledger.apply_config(STRICT.replace("StrictFIFO", "Fifo"))
+    assert ledger.config_version() == version
+
+
+def test_the_line_is_listed_in_order_with_positions(ledger: QuotaEngine) -> None:
+    ledger.reserve("root.team.a", {"vcore": "10"})
+    first = ledger.reserve("root.team.a", {"vcore": "1"}, wait=30, block=False)
+    urgent = ledger.reserve("root.team.b", {"vcore": "2"}, wait=30, block=False, priority=9)
+    last = ledger.reserve("root.team.b", {"vcore": "3"}, wait=30, block=False)
+    line = ledger.waiting()
+    assert [(r.id, r.position, r.resources) for r in line] == [
+        (urgent.id, 1, {"vcore": 2000}),
+        (first.id, 2, {"vcore": 1000}),
+        (last.id, 3, {"vcore": 3000}),
+    ]
+    assert [r.id for r in ledger.waiting("root.team.b")] == [urgent.id, last.id]
+    assert ledger.explain("root.team.a", {"vcore": "1"}, wait=5, priority=9).ahead == 1
+    assert ledger.explain("root.team.a", {"vcore": "1"}).ahead is None
