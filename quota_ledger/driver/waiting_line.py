@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, String, and_, bindparam, func, literal_column, or_, select, update
 from sqlalchemy import insert as sa_insert
 
+from quota_ledger.driver import line_notices
 from quota_ledger.driver.reservations import read_many
 from quota_ledger.driver.schema import reservation_items, reservations
 from quota_ledger.model import line as lines
@@ -268,6 +269,11 @@ class WaitingStatements:
         """When the latest of ``partition``'s waiting requests joined its line (None: no line)."""
         found = self.conn.execute(_LAST_QUEUED, {"p": partition}).scalar()
         return None if found is None else _aware(found)
+
+    def notify_left(self, partition: str) -> None:
+        """A request of ``partition`` left its line in this transaction: PostgreSQL's listeners
+        hear of it at commit (elsewhere nothing)."""
+        line_notices.notify(self.conn, partition)
 
     def has_line(self, partition: str) -> bool:
         """Whether ``partition`` has a waiting request."""

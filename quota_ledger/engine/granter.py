@@ -10,6 +10,11 @@ one that died right after freeing it, is granted within that time; and it reads 
 once per round, in one statement, to wake those whose request left its line, whoever granted
 it. Without blocked callers and kicks the thread sleeps; it is started when first needed.
 
+On PostgreSQL a request that leaves its line notifies (``LISTEN``/``NOTIFY``, sent when the
+transaction that granted, cancelled or expired it commits): the granter listens on a connection
+of its own while it runs and reads its callers' rows again at once, so a grant made by another
+process wakes them without waiting for the next poll.
+
 Whether a partition has a line is read from the database (one index lookup) at most once per
 ``interval``, by the freeing call that finds the engine's knowledge stale: a partition without
 a line costs a freeing call nothing else.
@@ -21,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model.errors import OverQuota, QuotaLedgerError
@@ -69,14 +75,30 @@ Read = Callable[[Sequence[str]], dict[str, Reservation]]
 Lines = Callable[[str | None], list[str]]
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
 class Granter:
     """See the module. ``passes`` runs one pass over a partition's line, ``read`` reads
     reservations, ``lines`` lists the partitions with a line."""
 
-    def __init__(self, passes: Pass, read: Read, lines: Lines, interval: float) -> None:
+    def __init__(
+        self,
+        passes: Pass,
+        read: Read,
+        lines: Lines,
+        interval: float,
+        listen: Callable[[Callable[[str], None]], Closable] | None = None,
+    ) -> None:
         self.passes = passes
         self.read = read
         self.stats = WaitStats()
+        #: starts listening for notices of requests that left a line (PostgreSQL), if given
+        self.listen = listen
+        self._listener: Closable | None = None
+        #: partitions whose notices were heard since the last round
+        self._heard: set[str] = set()
         self.lines = lines
         self.interval = interval
         self._cond = threading.Condition()
@@ -179,30 +201,48 @@ class Granter:
         with self._cond:
             return self._refusals.pop(reservation_id, None)
 
+    def heard(self, partition: str) -> None:
+        """A request of ``partition`` left its line (a notice from another process): read the
+        rows of the callers blocked here again."""
+        with self._cond:
+            self._heard.add(partition)
+            self._cond.notify_all()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._listener is not None:
+            self._listener.close()
 
     def _start(self) -> None:
         if self._thread is None and not self._closed:
             self._thread = threading.Thread(target=self._run, name="quota-ledger-granter", daemon=True)
             self._thread.start()
+            if self.listen is not None:
+                self._listener = self.listen(self.heard)
 
     def _run(self) -> None:
+        polled = time.monotonic()
         while True:
             with self._cond:
-                if not self._kicked and not self._closed:
-                    self._cond.wait(self.interval if self._blocked else None)
+                if not self._kicked and not self._heard and not self._closed:
+                    due = polled + self.interval - time.monotonic()
+                    self._cond.wait(max(0.0, due) if self._blocked else None)
                 closing = self._closed
                 # Closing, the lines kicked are still passed over (what this engine freed last).
-                partitions = {} if closing else dict.fromkeys(self._blocked.values(), "poll")
-                partitions.update(self._kicked)
+                partitions = dict(self._kicked)
                 self._kicked.clear()
+                heard = bool(self._heard)
+                self._heard.clear()
+                if not closing and self._blocked and time.monotonic() - polled >= self.interval:
+                    polled = time.monotonic()
+                    for name in set(self._blocked.values()):
+                        partitions.setdefault(name, "poll")
             try:
-                if partitions:
+                if partitions or heard:
                     self._round(partitions)
             except Exception:  # the thread must outlive any one round; the next round retries
                 log.exception("a pass over the waiting lines failed")

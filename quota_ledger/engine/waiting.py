@@ -9,6 +9,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from quota_ledger.driver import line_notices
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.engine.granter import Granter
@@ -176,11 +177,15 @@ class Waits(EngineBase):
         self.granter.freed(partition, reason)
 
     def _make_granter(self, interval: float) -> Granter:
+        listen = None
+        if self.driver.backend == "postgresql":
+            listen = partial(line_notices.Listener, self.driver.engine, retry=interval)
         return Granter(
             self._pass,
             self._read_many,
             self._lines,
             interval,
+            listen,
         )
 
 

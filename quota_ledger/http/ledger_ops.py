@@ -228,6 +228,10 @@ class LedgerOps:
 
     def _prepare_reserve(self, body: models.ReserveBody, token: Token, key: Any) -> Operation[Reservation]:
         engine = self.engine
+        if body.wait is not None:  # (POST /v1/reservations takes it; a batch's reserve does not)
+            raise InvalidRequest("a reserve in a batch does not wait: send it alone", field="wait")
+        if isinstance(body.priority, bool) or body.priority != 0:
+            raise InvalidRequest("priority orders requests that wait: send wait too", field="priority")
         if body.pod is not None:
             namespace = pods.parse_pod(body.pod).namespace
             check_scope(token, body.partition, engine.namespace_queue(namespace, partition=body.partition))

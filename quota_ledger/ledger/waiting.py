@@ -134,6 +134,7 @@ def grant(
             tx.set_blocked(current.id, refused.violations)
         return Refused(refused)
     undo.release()
+    tx.notify_left(current.partition)
     waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
     return Granted(made, max(0.0, waited))
 
@@ -146,4 +147,5 @@ def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:
 def leave(tx: LedgerTx, current: Reservation, state: ReservationState, now: datetime) -> Reservation:
     """A waiting request this transaction holds leaves the line, as ``state``."""
     tx.leave_line([current.id], state.value, now)
+    tx.notify_left(current.partition)
     return dataclasses.replace(current, state=state, resolved_at=now.replace(tzinfo=UTC))

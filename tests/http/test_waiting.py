@@ -77,6 +77,12 @@ def test_wait_arguments_are_checked(service: Service) -> None:
         assert _reserve(client, 1, priority=3).status_code == 422
         pod = {"metadata": {"name": "p", "namespace": "a", "uid": "u1"}, "spec": {"containers": []}}
         assert client.post("/v1/reservations", json={"pod": pod, "wait": 5}).status_code == 422
+        batch = client.post(
+            "/v1/batch",
+            json={"operations": [{"op": "reserve", "queue": "root.a", "resources": {"fpga": 1}, "wait": 5}]},
+        )
+        (result,) = batch.json()["results"]
+        assert (result["status"], result["body"]["error"]["field"]) == (422, "wait")
         made = _reserve(client, 1, wait=5)
         too_long = client.get(f"/v1/reservations/{made.json()['id']}", params={"wait": 61})
         assert too_long.status_code == 422

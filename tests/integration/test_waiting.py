@@ -321,3 +321,20 @@ def test_the_line_is_listed_in_order_with_positions(ledger: QuotaEngine) -> None
     assert [r.id for r in ledger.waiting("root.team.b")] == [urgent.id, last.id]
     assert ledger.explain("root.team.a", {"vcore": "1"}, wait=5, priority=9).ahead == 1
     assert ledger.explain("root.team.a", {"vcore": "1"}).ahead is None
+
+
+def test_on_postgresql_a_grant_made_elsewhere_wakes_the_waiter_by_notice(postgres_url: URL) -> None:
+    """The waiter polls every 30 s only: its wake-up within seconds is the notice's."""
+    with (
+        QuotaEngine.from_url(postgres_url) as other,
+        QuotaEngine.from_url(postgres_url, wait_poll_interval=30) as waiter,
+    ):
+        other.apply_config(CONFIG)
+        holder = other.reserve("root.team.a", {"vcore": "10"})
+        timer = threading.Timer(1.0, other.rollback, args=(holder.id,))
+        timer.start()
+        started = time.monotonic()
+        granted = waiter.reserve("root.team.b", {"vcore": "4"}, wait=60)
+        timer.join()
+    assert granted.state is PENDING
+    assert time.monotonic() - started < 10
