@@ -16,7 +16,13 @@ def lines(explained: Explanation) -> list[str]:
     if explained.admitted:
         return ["would be admitted now"]
     count = len(explained.blockers)
-    found = [f"would be refused: {count} limit{'s' * (count != 1)} stop{'s' * (count == 1)} it"]
+    stop = f"{count} limit{'s' * (count != 1)} stop{'s' * (count == 1)} it"
+    if explained.ahead is None:
+        found = [f"would be refused: {stop}"]
+    else:
+        needs = ", ".join(f"{res}={format_human(res, n)}" for res, n in sorted(explained.ahead_needs.items()))
+        ahead = f"{explained.ahead} request{'s' * (explained.ahead != 1)} ahead of it"
+        found = [f"would wait in line: {stop}; {ahead}" + (f", needing {needs}" if needs else "")]
     for blocker in explained.blockers:
         found += blocker_lines(blocker)
     return found
@@ -90,6 +96,7 @@ def as_dict(explained: Explanation) -> dict[str, Any]:
             for b in explained.blockers
         ],
         "ahead": explained.ahead,
+        "ahead_needs": explained.ahead_needs,
     }
 
 

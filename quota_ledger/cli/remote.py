@@ -429,4 +429,9 @@ def _explanation(found: Mapping[str, Any]) -> Explanation:
         )
         for b in found.get("blockers", [])
     )
-    return Explanation(admitted=bool(found["admitted"]), blockers=blockers, ahead=found.get("ahead"))
+    return Explanation(
+        admitted=bool(found["admitted"]),
+        blockers=blockers,
+        ahead=found.get("ahead"),
+        ahead_needs=dict(found.get("ahead_needs") or {}),
+    )

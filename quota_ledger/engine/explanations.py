@@ -100,10 +100,14 @@ class Explanations(EngineBase):
                 # The holders as the decision saw them, without the request's own rows.
                 undo.rollback()
                 found = holders.blockers(tx, request.queue, refused.violations)
-                ahead = None
-                if seconds is not None:
-                    ahead = len(tx.line_ahead(request.partition, request.priority, None))
-                return Explanation(admitted=False, blockers=found, ahead=ahead)
+                if seconds is None:
+                    return Explanation(admitted=False, blockers=found)
+                line = tx.line_ahead(request.partition, request.priority, None)
+                needs: dict[str, int] = {}
+                for each in line:
+                    for res, amount in each.needs.items():
+                        needs[res] = needs.get(res, 0) + amount
+                return Explanation(admitted=False, blockers=found, ahead=len(line), ahead_needs=needs)
             return Explanation(admitted=True)
 
         return self.driver.run(work, rollback=True)

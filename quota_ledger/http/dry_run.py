@@ -50,6 +50,8 @@ def explain(engine: QuotaEngine, body: models.ReserveBody, token: Token, key: st
         terminating=body.terminating,
         best_effort=body.best_effort,
         cross_namespace_affinity=body.cross_namespace_affinity,
+        wait=body.wait,
+        priority=body.priority,
     )
     found = as_body(explained, token)
     if explained.admitted:
@@ -67,6 +69,7 @@ def as_body(explained: Explanation, token: Token) -> dict[str, Any]:
         "violations": [b["violation"] for b in blockers],
         "blockers": blockers,
         "ahead": explained.ahead,
+        "ahead_needs": explained.ahead_needs,
     }
 
 

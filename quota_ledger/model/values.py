@@ -164,6 +164,8 @@ class Explanation:
     #: for a request that would wait for capacity (``wait=``), how many waiting requests of its
     #: partition would be tried before it; None when it would not wait
     ahead: int | None = None
+    #: what the requests :attr:`ahead` ask for together, resource by resource
+    ahead_needs: dict[str, int] = field(default_factory=dict)
 
     @property
     def violations(self) -> list[Violation]:

@@ -51,6 +51,7 @@ def test_a_dry_run_answers_the_decision_and_writes_nothing(service: Service) -> 
             "violations": [],
             "blockers": [],
             "ahead": None,
+            "ahead_needs": {},
         }
         refused = _try(client, "root.p.a", 3, user="alice", application="app-1")
         assert refused.status_code == 409, refused.text
