@@ -36,6 +36,7 @@ _LINE_ROWS = (
         _R.id,
         _R.queue,
         _R.user_name,
+        _R.groups,
         _R.application,
         _R.priority,
         _R.queued_at,
@@ -128,6 +129,8 @@ class Waiting:
     id: str
     queue: str
     user: str | None
+    #: the groups column as stored (JSON), compared as it is
+    groups: str | None
     application: str | None
     priority: int
     queued_at: datetime
@@ -206,6 +209,7 @@ class WaitingStatements:
                     id=row.id,
                     queue=row.queue,
                     user=row.user_name,
+                    groups=row.groups,
                     application=row.application,
                     priority=row.priority,
                     queued_at=_aware(row.queued_at),

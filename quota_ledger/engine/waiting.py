@@ -11,6 +11,7 @@ from typing import Any
 
 from quota_ledger.driver import line_notices
 from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.waiting_line import Waiting
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.engine.granter import Granter
 from quota_ledger.ledger import waiting
@@ -148,12 +149,18 @@ class Waits(EngineBase):
     def _pass(self, partition: str, reason: str = "pass") -> dict[str, Reservation | Refused | None]:
         """One pass over ``partition``'s line: each request tried in order, in a transaction
         of its own; its grants counted under ``reason`` (what freed the capacity)."""
-        ids = self.driver.run(lambda tx: tx.line(partition, waiting.PASS_LIMIT))
+        line = self.driver.run(lambda tx: tx.line_rows(partition), read_only=True)[: waiting.PASS_LIMIT]
         outcomes: dict[str, Reservation | Refused | None] = {}
-        for rid in ids:
+        refused: list[Waiting] = []
+        for each in line:
+            if any(waiting.no_smaller(each, other) for other in refused):
+                continue  # it asks for no less than one refused in this pass, as the same caller
+            rid = each.id
             outcome = self.driver.run(
                 partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
             )
+            if isinstance(outcome, Refused):
+                refused.append(each)
             if isinstance(outcome, waiting.Granted):
                 self.granter.stats.granted(reason, outcome.waited)
                 outcome = outcome.reservation

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from quota_ledger.driver.tx import LedgerTx, Undo
+from quota_ledger.driver.waiting_line import Waiting
 from quota_ledger.ledger import reserve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
@@ -137,6 +138,20 @@ def grant(
     tx.notify_left(current.partition)
     waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
     return Granted(made, max(0.0, waited))
+
+
+def no_smaller(each: Waiting, refused: Waiting) -> bool:
+    """Whether ``each`` would be refused now because ``refused`` just was: the same queue,
+    user, groups and application, and at least as much of every resource ``refused`` asks for
+    (every limit that stopped ``refused`` stops ``each``; a strict line ahead of ``refused`` is
+    ahead of ``each``). A pass skips such a request: capacity freed meanwhile kicks another
+    pass."""
+    return (each.queue, each.user, each.groups, each.application) == (
+        refused.queue,
+        refused.user,
+        refused.groups,
+        refused.application,
+    ) and all(each.needs.get(res, 0) >= amount for res, amount in refused.needs.items())
 
 
 def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:
