@@ -96,6 +96,20 @@ _QUEUE_LINES = (
 )
 # last_queued: when the request that joined a partition's line last joined; no lock.
 _LAST_QUEUED = select(func.max(_R.queued_at)).where(*_IN_LINE)
+# malformed: waiting rows that are not what a waiting request is (no place in line, no ttl for
+# its grant, or an item that says it was committed); no lock.
+_MALFORMED = (
+    select(_R.id, _R.queue)
+    .where(
+        *_IN_LINE,
+        or_(
+            _R.queued_at.is_(None),
+            _R.ttl_ms.is_(None),
+            _R.id.in_(select(_I.reservation_id).where(_I.committed.is_not(None))),
+        ),
+    )
+    .order_by(_R.id)
+)
 # has_line: whether a partition has a line; no lock.
 _HAS_LINE = select(_R.id).where(*_IN_LINE).limit(1)
 # grant: waiting -> pending, made now; a row this transaction holds.
@@ -278,6 +292,11 @@ class WaitingStatements:
         """A request of ``partition`` left its line in this transaction: PostgreSQL's listeners
         hear of it at commit (elsewhere nothing)."""
         line_notices.notify(self.conn, partition)
+
+    def malformed_waits(self, partition: str) -> list[tuple[str, str]]:
+        """(id, queue) of ``partition``'s waiting rows that no waiting request can be: without a
+        place in line or a ttl for its grant, or with an item committed."""
+        return [(row.id, row.queue) for row in self.conn.execute(_MALFORMED, {"p": partition})]
 
     def has_line(self, partition: str) -> bool:
         """Whether ``partition`` has a waiting request."""

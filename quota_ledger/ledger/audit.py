@@ -3,7 +3,8 @@
 Queue and subtree resource counters are checked against the journal and the pending items
 (:mod:`quota_ledger.model.drift`); running-application counts and user/group counters against the
 application rows (:mod:`quota_ledger.config.identity`); the journal against the reservations it
-names.
+names; waiting rows against what a waiting request is (they hold nothing: a pending item sum
+that counted one would show as drift of the counters).
 
 A repair trusts the reservations: they are what callers were answered. A journal that lacks a
 commit or a release a reservation says was made gets it appended before the counters are
@@ -59,7 +60,8 @@ def read_drift(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
         tx.identity_counters(partition, lock=False),
         tx.read_apps(partition),
     )
-    return _journal_drift(tx, partition) + drifts + _quota_drift(partition, rules, quotas, live)
+    waits = _waiting_drift(tx, partition)
+    return _journal_drift(tx, partition) + drifts + _quota_drift(partition, rules, quotas, live) + waits
 
 
 def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift]:
@@ -110,7 +112,29 @@ def fix_partition(tx: LedgerTx, partition: str, rules_of: RulesOf) -> list[Drift
     )
     journal_result = [replace(d, fixed=d in mended) for d in journal]
     counter_result = [replace(d, fixed=_key(d) not in kept) for d in drifts]
-    return journal_result + counter_result + [replace(d, fixed=True) for d in quota_drifts]
+    waits = _waiting_drift(tx, partition)
+    tx.leave_line([d.name for d in waits if d.name is not None], "rolled_back", now)
+    fixed = [replace(d, fixed=True) for d in [*quota_drifts, *waits]]
+    return journal_result + counter_result + fixed
+
+
+def _waiting_drift(tx: LedgerTx, partition: str) -> list[Drift]:
+    """A waiting row that no waiting request can be (``scope_type`` ``waiting``, ``name`` its
+    id): it holds nothing, and a repair takes it out of line as ``rolled_back``."""
+    return [
+        Drift(
+            partition=partition,
+            scope_type="waiting",
+            scope=queue,
+            resource="",
+            in_use=0,
+            reserved=0,
+            expected_in_use=0,
+            expected_reserved=0,
+            name=rid,
+        )
+        for rid, queue in tx.malformed_waits(partition)
+    ]
 
 
 def _key(d: Drift) -> tuple[str, str | None, str, str]:

@@ -22,6 +22,7 @@ from benchmarks.cases import (
     set_limits,
     sweep,
     throughput,
+    waiting,
 )
 from benchmarks.cases.throughput import Cell
 from benchmarks.harness import log, median
@@ -76,6 +77,8 @@ def markdown(
         lines += set_limits_section(meta["set_limits"])
     if meta.get("cli") is not None:
         lines += cli.section(meta["cli"])
+    if meta.get("waiting") is not None:
+        lines += waiting.section(meta["waiting"])
     return "\n".join(lines).lstrip("\n")
 
 

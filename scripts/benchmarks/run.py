@@ -28,6 +28,7 @@ from benchmarks.cases import (
     set_limits,
     sweep,
     throughput,
+    waiting,
 )
 from benchmarks.harness import BenchError, log
 from benchmarks.settings import REPO, Config, parse_args
@@ -74,6 +75,7 @@ def bench(cfg: Config) -> int:
         "group-commit": lambda: group_commit.run(cfg, meta.get("hot")),
         "set-limits": lambda: set_limits.run(cfg, cfg.set_limits_sequence),
         "cli": lambda: cli.run(cfg),
+        "waiting": lambda: waiting.run(cfg),
     }
     for case, run_case in side_cases.items():
         if cfg.runs(case):

@@ -32,6 +32,7 @@ CASES = (
     "group-commit",
     "set-limits",
     "cli",
+    "waiting",
 )
 DEFAULT_CASES = ("throughput", "sweep", "hierarchy", "kube", "hot")
 #: the cases that run pgbench (unless ``--only`` leaves it out)

@@ -19,7 +19,7 @@ from quota_ledger import (
     ReservationStateError,
     WaitTimeout,
 )
-from quota_ledger.driver.schema import reservations
+from quota_ledger.driver.schema import reservation_items, reservations
 
 WAITING = ReservationState.WAITING
 PENDING = ReservationState.PENDING
@@ -338,3 +338,26 @@ def test_on_postgresql_a_grant_made_elsewhere_wakes_the_waiter_by_notice(postgre
         timer.join()
     assert granted.state is PENDING
     assert time.monotonic() - started < 10
+
+
+def test_the_audit_finds_and_mends_a_waiting_row_that_no_request_can_be(ledger: QuotaEngine) -> None:
+    ledger.reserve("root.team.a", {"vcore": "10"})
+    waiting = ledger.reserve("root.team.b", {"vcore": "2"}, wait=30, block=False)
+    assert ledger.audit() == []
+    with ledger.driver.engine.begin() as conn:
+        conn.execute(
+            reservation_items.update()
+            .where(reservation_items.c.reservation_id == waiting.id)
+            .values(committed=1000)
+        )
+    (found,) = ledger.audit()
+    assert (found.scope_type, found.scope, found.name, found.fixed) == (
+        "waiting",
+        "root.team.b",
+        waiting.id,
+        False,
+    )
+    (fixed,) = ledger.audit(fix=True)
+    assert (fixed.name, fixed.fixed) == (waiting.id, True)
+    assert ledger.get(waiting.id).state is ReservationState.ROLLED_BACK
+    assert ledger.audit() == []
