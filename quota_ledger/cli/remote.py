@@ -91,12 +91,15 @@ class RemoteEngine:
             return made
         deadline = time.monotonic() + float(wait)
         path = f"/v1/reservations/{quote(made.id, safe='')}"
-        while made.state is ReservationState.WAITING:
+        while made.state is ReservationState.WAITING and time.monotonic() < deadline:
             left = deadline - time.monotonic()
-            if left <= 0:
-                explained = self.explain(queue, resources, **{**options, "key": None})
-                raise errors.WaitTimeout(made.id, explained.violations)
             made = _reservation(self._call("GET", path, params={"wait": min(left, LONG_POLL)}))
+        if made.state in (ReservationState.WAITING, ReservationState.EXPIRED):
+            # (the service ends a wait that ran out as expired)
+            explained = self.explain(
+                queue, resources, **{**options, "key": None, "wait": None, "priority": 0}
+            )
+            raise errors.WaitTimeout(made.id, explained.violations)
         return made
 
     def waiting(

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, String, and_, bindparam, func, literal_column, or_, select, update
 from sqlalchemy import insert as sa_insert
 
-from quota_ledger.driver import line_notices
+from quota_ledger.driver import dialect, line_notices
 from quota_ledger.driver.reservations import read_many
 from quota_ledger.driver.schema import reservation_items, reservations
 from quota_ledger.model import line as lines
@@ -31,6 +31,7 @@ _ORDER = (_R.priority.desc(), _R.queued_at, _R.id)
 # line: the ids of a partition's line, in grant order; no lock.
 _LINE = select(_R.id).where(*_IN_LINE).order_by(*_ORDER).limit(bindparam("n", type_=Integer))
 # line_rows: the same with what each needs, for views; no lock.
+_FIRST = select(_R.id).where(*_IN_LINE).order_by(*_ORDER).limit(bindparam("n", type_=Integer)).subquery()
 _LINE_ROWS = (
     select(
         _R.id,
@@ -38,14 +39,19 @@ _LINE_ROWS = (
         _R.user_name,
         _R.groups,
         _R.application,
+        _R.priority_class,
+        _R.kube,
         _R.priority,
         _R.queued_at,
         _R.expires_at,
         _I.resource,
         _I.amount,
     )
-    .select_from(reservations.outerjoin(reservation_items, _I.reservation_id == _R.id))
-    .where(*_IN_LINE)
+    .select_from(
+        _FIRST.join(reservations, _R.id == _FIRST.c.id).outerjoin(
+            reservation_items, _I.reservation_id == _R.id
+        )
+    )
     .order_by(*_ORDER, _I.resource)
 )
 # run_out: waiting rows whose wait has run out at :now; no lock.
@@ -77,14 +83,14 @@ _WITH_ITEMS = reservations.outerjoin(reservation_items, _I.reservation_id == _R.
 _AHEAD_ROWS = (
     select(_R.id, _R.queue, _R.blocked_by, _I.resource, _I.amount)
     .select_from(_WITH_ITEMS)
-    .where(*_IN_LINE, _BEFORE)
+    .where(*_IN_LINE, _BEFORE, _R.expires_at > dialect.utcnow())
     .order_by(*_ORDER)
 )
 # ahead_rows of a request not in line yet: every waiting row of its priority or higher.
 _AT_LEAST_ROWS = (
     select(_R.id, _R.queue, _R.blocked_by, _I.resource, _I.amount)
     .select_from(_WITH_ITEMS)
-    .where(*_IN_LINE, _R.priority >= bindparam("pr"))
+    .where(*_IN_LINE, _R.priority >= bindparam("pr"), _R.expires_at > dialect.utcnow())
     .order_by(*_ORDER)
 )
 # queue_lines: per queue of a partition, its waiting requests and when the first joined; no lock.
@@ -146,6 +152,9 @@ class Waiting:
     #: the groups column as stored (JSON), compared as it is
     groups: str | None
     application: str | None
+    priority_class: str | None
+    #: the Kubernetes scope attributes ResourceQuotas match on (JSON), compared as they are
+    scopes: str | None
     priority: int
     queued_at: datetime
     #: when its wait runs out
@@ -213,10 +222,11 @@ class WaitingStatements:
         found = {s.reservation.id: s.reservation for s in read_many(self.conn, ids)}
         return [dataclasses.replace(found[rid], position=n) for n, rid in enumerate(ids, 1) if rid in found]
 
-    def line_rows(self, partition: str) -> list[Waiting]:
-        """``partition``'s line in grant order, with what each request needs."""
+    def line_rows(self, partition: str, limit: int) -> list[Waiting]:
+        """The first ``limit`` requests of ``partition``'s line in grant order, with what each
+        needs."""
         found: dict[str, Waiting] = {}
-        for row in self.conn.execute(_LINE_ROWS, {"p": partition}):
+        for row in self.conn.execute(_LINE_ROWS, {"p": partition, "n": limit}):
             each = found.get(row.id)
             if each is None:
                 each = found[row.id] = Waiting(
@@ -225,6 +235,8 @@ class WaitingStatements:
                     user=row.user_name,
                     groups=row.groups,
                     application=row.application,
+                    priority_class=row.priority_class,
+                    scopes=_scopes(row.kube),
                     priority=row.priority,
                     queued_at=_aware(row.queued_at),
                     until=_aware(row.expires_at),
@@ -314,6 +326,11 @@ class WaitingStatements:
         if not ids:
             return 0
         return self.conn.execute(_LEAVE, {"ids": list(ids), "new_state": state, "now": _naive(now)}).rowcount
+
+
+def _scopes(kube: str | None) -> str | None:
+    """The scope attributes of a row's ``kube`` JSON, as canonical JSON."""
+    return json.dumps(json.loads(kube).get("scopes"), sort_keys=True) if kube else None
 
 
 def _blocked_json(blocked: Sequence[Violation]) -> str | None:

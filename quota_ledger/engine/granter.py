@@ -146,9 +146,12 @@ class Granter:
             self._start()
             self._cond.notify_all()
 
-    def wait(self, reservation_id: str, partition: str, timeout: float) -> Reservation | None:
+    def wait(
+        self, reservation_id: str, partition: str, timeout: float
+    ) -> tuple[Reservation | None, list[Violation] | None]:
         """Block until the waiting request ``reservation_id`` leaves its line (how it left)
-        or ``timeout`` seconds pass (None)."""
+        or ``timeout`` seconds pass, or the engine closes (None); and the limits that stopped it
+        when a pass of this granter last tried it (None: none did)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._waits[reservation_id] = self._waits.get(reservation_id, 0) + 1
@@ -160,14 +163,15 @@ class Granter:
                 while reservation_id not in self._left:
                     left = deadline - time.monotonic()
                     if left <= 0 or self._closed:
-                        return None
+                        return None, self._refusals.get(reservation_id)
                     self._cond.wait(left)
-                return self._left[reservation_id]
+                return self._left[reservation_id], self._refusals.get(reservation_id)
             finally:
                 self._waits[reservation_id] -= 1
                 if not self._waits[reservation_id]:
                     del self._waits[reservation_id]
                     self._left.pop(reservation_id, None)
+                    self._refusals.pop(reservation_id, None)
                     if reservation_id not in self._watchers:
                         self._blocked.pop(reservation_id, None)
 
@@ -196,10 +200,15 @@ class Granter:
 
         return stop
 
-    def refusal(self, reservation_id: str) -> list[Violation] | None:
-        """The limits that stopped a blocked caller's request when it was last tried."""
+    def noted(self, partition: str) -> None:
+        """A request of ``partition`` joined its line: the next capacity this engine frees
+        there passes over it (no look in the database first)."""
         with self._cond:
-            return self._refusals.pop(reservation_id, None)
+            self._seen[partition] = (time.monotonic(), True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def heard(self, partition: str) -> None:
         """A request of ``partition`` left its line (a notice from another process): read the
@@ -264,7 +273,7 @@ class Granter:
                     refusals[rid] = outcome.error.violations
         with self._cond:
             blocked = list(self._blocked)
-            self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._blocked)
+            self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
         if not blocked:
             return
         try:
@@ -282,4 +291,7 @@ class Granter:
                         self._blocked.pop(rid, None)
             self._cond.notify_all()
         for call, reservation in calls:
-            call(reservation)
+            try:
+                call(reservation)
+            except Exception:  # one watcher's failure (a closed event loop) leaves the others
+                log.exception("a waiting request's watcher failed")

@@ -55,6 +55,7 @@ class KubernetesObjects(EngineBase):
         self.bounds.limit_set(quota.hard, "spec.hard")
         edit = resource_quotas.put(partition, quota.key, kube_quotas.stored_manifest(quota))
         self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
+        self._freed(partition, "limits")
         return self.resource_quota_status(quota.namespace, quota.name, partition=partition)
 
     def delete_resource_quota(self, namespace: str, name: str, *, partition: str = DEFAULT_PARTITION) -> None:
@@ -64,6 +65,7 @@ class KubernetesObjects(EngineBase):
         key = f"{validation.namespace(namespace)}/{validation.subdomain(name, 'name')}"
         edit = resource_quotas.remove(partition, key)
         self.driver.run(lambda tx: self._apply(tx, kube_edit=edit))
+        self._freed(partition, "limits")
 
     def apply_admission_config(self, manifest: Any, *, partition: str = DEFAULT_PARTITION) -> None:
         """Set the ResourceQuota admission plugin's configuration (an AdmissionConfiguration

@@ -17,6 +17,7 @@ from quota_ledger.engine.base import DEFAULT_PARTITION, Operation
 from quota_ledger.engine.waiting import Waits
 from quota_ledger.kube import pods
 from quota_ledger.ledger import group_commit, reads, release, reserve, resolve
+from quota_ledger.ledger import waiting as waiting_line
 from quota_ledger.model import requests, validation
 from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, ReservationStateError
 from quota_ledger.model.requests import ReserveRequest
@@ -289,6 +290,11 @@ class Reservations(Waits):
                 if found is None:
                     break
                 current = found.reservation
+                if current.state is ReservationState.WAITING:
+                    # It runs: it no longer waits for the capacity it is charged now.
+                    locked = tx.lock_reservation(current.id)
+                    if locked is not None and locked[0].reservation.state is ReservationState.WAITING:
+                        current = waiting_line.cancel(tx, locked[0].reservation, locked[1])
                 if current.state is ReservationState.PENDING:
                     current, expired = commit(tx, current.id)
                     if not expired:

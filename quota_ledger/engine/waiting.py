@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -17,9 +18,18 @@ from quota_ledger.engine.granter import Granter
 from quota_ledger.ledger import waiting
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import queues, validation
-from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, WaitTimeout
+from quota_ledger.model.errors import (
+    DatabaseUnavailable,
+    InvalidRequest,
+    OverQuota,
+    QuotaLedgerError,
+    ReservationNotFound,
+    WaitTimeout,
+)
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation, ReservationState
+
+log = logging.getLogger(__name__)
 
 #: the default of ``QuotaEngine(wait_poll_interval=...)``, seconds
 DEFAULT_WAIT_POLL_INTERVAL = 0.25
@@ -66,7 +76,7 @@ class Waits(EngineBase):
         current = self._placed(rid)
         if current.state is not ReservationState.WAITING:
             return current
-        left = self.granter.wait(rid, current.partition, seconds)
+        left, _ = self.granter.wait(rid, current.partition, seconds)
         return left if left is not None else self._placed(rid)
 
     def waiting(
@@ -90,6 +100,9 @@ class Waits(EngineBase):
         it after capacity was freed by means the ledger does not see."""
         wanted = validation.optional_partition(partition)
         names = self._lines(wanted)
+        for name in names:
+            while self.driver.run(partial(waiting.end_run_out, partition=name, limit=waiting.PASS_LIMIT)):
+                pass
         granted: list[Reservation] = []
         for name in names:
             for outcome in self._pass(name, "sweep").values():
@@ -106,6 +119,7 @@ class Waits(EngineBase):
         joined = self.driver.run(lambda tx: waiting.join(tx, self.rules, request, wait, refused.violations))
         if joined.state is not ReservationState.WAITING:
             return joined  # its key made it already
+        self.granter.noted(joined.partition)  # what this engine frees next passes over its line
         return self._await(joined, refused.violations, started + wait if block else None)
 
     def _await(self, current: Reservation, violations: Sequence[Any], deadline: float | None) -> Reservation:
@@ -121,10 +135,17 @@ class Waits(EngineBase):
             violations = outcome.error.violations
         if deadline is None:
             return self._placed(current.id)
-        left = self.granter.wait(current.id, current.partition, max(0.0, deadline - time.monotonic()))
-        if left is not None:
+        left, last = self.granter.wait(current.id, current.partition, max(0.0, deadline - time.monotonic()))
+        violations = last or violations
+        if left is not None and left.state is not ReservationState.EXPIRED:
             return left
-        violations = self.granter.refusal(current.id) or violations
+        if left is not None:  # its wait ran out and a pass ended it first
+            raise WaitTimeout(current.id, list(violations))
+        if self.granter.closed:
+            raise DatabaseUnavailable(
+                "the engine was closed while a request waited in line; it waits on until its wait "
+                f"runs out: {current.id}"
+            )
 
         def expire(tx: LedgerTx) -> tuple[Reservation, bool]:
             locked = tx.lock_reservation(current.id)
@@ -149,16 +170,20 @@ class Waits(EngineBase):
     def _pass(self, partition: str, reason: str = "pass") -> dict[str, Reservation | Refused | None]:
         """One pass over ``partition``'s line: each request tried in order, in a transaction
         of its own; its grants counted under ``reason`` (what freed the capacity)."""
-        line = self.driver.run(lambda tx: tx.line_rows(partition), read_only=True)[: waiting.PASS_LIMIT]
+        line = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
         outcomes: dict[str, Reservation | Refused | None] = {}
         refused: list[Waiting] = []
         for each in line:
             if any(waiting.no_smaller(each, other) for other in refused):
                 continue  # it asks for no less than one refused in this pass, as the same caller
             rid = each.id
-            outcome = self.driver.run(
-                partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
-            )
+            try:
+                outcome = self.driver.run(
+                    partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
+                )
+            except QuotaLedgerError as error:  # the next pass tries it again; the others go on
+                log.warning("waiting request %s was not tried: %s", rid, error)
+                continue
             if isinstance(outcome, Refused):
                 refused.append(each)
             if isinstance(outcome, waiting.Granted):
@@ -170,7 +195,8 @@ class Waits(EngineBase):
     def _lines(self, partition: str | None) -> list[str]:
         """The partitions with a line: ``partition``, if it has one; None: of every partition."""
         names = [partition] if partition is not None else self.driver.partitions()
-        return self.driver.run(lambda tx: [name for name in names if tx.has_line(name)], read_only=True)
+        # On the writer: a replica that lags would not show a line just joined.
+        return self.driver.run(lambda tx: [name for name in names if tx.has_line(name)])
 
     def _read_many(self, ids: Sequence[str]) -> dict[str, Reservation]:
         def read(tx: LedgerTx) -> dict[str, Reservation]:

@@ -68,8 +68,9 @@ def as_body(explained: Explanation, token: Token) -> dict[str, Any]:
         "dry_run": True,
         "violations": [b["violation"] for b in blockers],
         "blockers": blockers,
-        "ahead": explained.ahead,
-        "ahead_needs": explained.ahead_needs,
+        # the line is the partition's: a token restricted to a queue does not see it
+        "ahead": explained.ahead if token.queue is None else None,
+        "ahead_needs": explained.ahead_needs if token.queue is None else {},
     }
 
 

@@ -21,7 +21,8 @@ async def until_it_leaves(engine: QuotaEngine, current: Reservation, wait: float
     left: asyncio.Future[Reservation] = loop.create_future()
 
     def done(reservation: Reservation) -> None:
-        loop.call_soon_threadsafe(_settle, left, reservation)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, left, reservation)
 
     stop = engine.granter.watch(current.id, current.partition, done)
     try:

@@ -128,7 +128,7 @@ def decide(
             outcomes[n] = Refused(error)
             continue
         candidates.append(_Candidate(n, request, quotas))
-    if in_force.has_strict_lines:
+    if in_force.has_strict_lines and overruns is None:  # (what already runs is charged anyway)
         candidates = _not_behind(tx, in_force, candidates, outcomes)
     if not candidates:
         return outcomes

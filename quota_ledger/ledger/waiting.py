@@ -131,7 +131,7 @@ def grant(
         made = reserve.general(tx, rules, bounds, request)
     except QuotaLedgerError as refused:
         undo.rollback()
-        if isinstance(refused, OverQuota) and tuple(refused.violations) != entry.blocked:
+        if isinstance(refused, OverQuota) and _limits(refused.violations) != _limits(entry.blocked):
             tx.set_blocked(current.id, refused.violations)
         return Refused(refused)
     undo.release()
@@ -142,16 +142,17 @@ def grant(
 
 def no_smaller(each: Waiting, refused: Waiting) -> bool:
     """Whether ``each`` would be refused now because ``refused`` just was: the same queue,
-    user, groups and application, and at least as much of every resource ``refused`` asks for
-    (every limit that stopped ``refused`` stops ``each``; a strict line ahead of ``refused`` is
-    ahead of ``each``). A pass skips such a request: capacity freed meanwhile kicks another
-    pass."""
-    return (each.queue, each.user, each.groups, each.application) == (
-        refused.queue,
-        refused.user,
-        refused.groups,
-        refused.application,
-    ) and all(each.needs.get(res, 0) >= amount for res, amount in refused.needs.items())
+    user, groups, application, priority class and Kubernetes scopes, and at least as much of
+    every resource ``refused`` asks for (every limit that stopped ``refused`` stops ``each``; a
+    strict line ahead of ``refused`` is ahead of ``each``). A pass skips such a request:
+    capacity freed meanwhile kicks another pass."""
+    return _caller(each) == _caller(refused) and all(
+        each.needs.get(res, 0) >= amount for res, amount in refused.needs.items()
+    )
+
+
+def _caller(each: Waiting) -> tuple[str | None, ...]:
+    return (each.queue, each.user, each.groups, each.application, each.priority_class, each.scopes)
 
 
 def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:
@@ -164,3 +165,19 @@ def leave(tx: LedgerTx, current: Reservation, state: ReservationState, now: date
     tx.leave_line([current.id], state.value, now)
     tx.notify_left(current.partition)
     return dataclasses.replace(current, state=state, resolved_at=now.replace(tzinfo=UTC))
+
+
+def _limits(violations: Sequence[Violation]) -> set[tuple[str, str, str | None, str]]:
+    """Which limits ``violations`` name (not what they saw of them)."""
+    return {(v.kind, v.scope, v.name, v.resource) for v in violations}
+
+
+def end_run_out(tx: LedgerTx, partition: str, limit: int) -> int:
+    """End, as ``expired``, up to ``limit`` waiting requests of ``partition`` whose wait ran out;
+    how many."""
+    now = tx.db_now()
+    ids = tx.waits_run_out(partition, now, limit)
+    ended = tx.leave_line(ids, ReservationState.EXPIRED.value, now)
+    if ended:
+        tx.notify_left(partition)
+    return ended

@@ -361,3 +361,53 @@ def test_the_audit_finds_and_mends_a_waiting_row_that_no_request_can_be(ledger: 
     assert (fixed.name, fixed.fixed) == (waiting.id, True)
     assert ledger.get(waiting.id).state is ReservationState.ROLLED_BACK
     assert ledger.audit() == []
+
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "trainer", "namespace": "team", "uid": "pod-1"},
+    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+}
+
+
+def test_a_running_pod_is_charged_whatever_waits_in_a_strict_line(strict: QuotaEngine) -> None:
+    strict.reserve("root.team.b", {"vcore": "8"})
+    strict.reserve("root.team.b", {"vcore": "5"}, wait=30, block=False)
+    charged = strict.charge_pod(POD)
+    assert charged.reservation.state is ReservationState.COMMITTED
+    assert strict.usage("root.team")["vcore"].in_use == 1000
+
+
+def test_charging_a_pod_ends_the_wait_of_its_own_request(ledger: QuotaEngine) -> None:
+    ledger.reserve("root.team.a", {"vcore": "10"})
+    waiting = ledger.reserve("root.team", {"vcore": "1"}, wait=30, block=False, key="pod-1")
+    charged = ledger.charge_pod(POD)
+    assert charged.reservation.state is ReservationState.COMMITTED
+    assert ledger.get(waiting.id).state is ReservationState.ROLLED_BACK
+    assert ledger.waiting() == []
+    assert ledger.audit() == []
+
+
+def test_a_wait_that_ran_out_blocks_no_strict_line(strict: QuotaEngine) -> None:
+    strict.reserve("root.team.b", {"vcore": "8"})
+    strict.reserve("root.team.b", {"vcore": "5"}, wait=0.2, block=False)
+    time.sleep(0.4)  # no sweep: the row still says waiting, but its wait ran out
+    assert strict.reserve("root.team.b", {"vcore": "1"}).state is PENDING
+
+
+def test_a_request_that_joins_after_a_freeing_call_is_passed_over_by_the_next(path_url: URL) -> None:
+    """The engine polls every 30 s only: the grant comes from its next rollback's pass."""
+    with QuotaEngine.from_url(path_url, wait_poll_interval=30) as engine:
+        engine.apply_config(CONFIG)
+        first = engine.reserve("root.team.a", {"vcore": "5"})
+        second = engine.reserve("root.team.a", {"vcore": "5"})
+        engine.rollback(first.id)  # nothing waits yet: the engine notes that the line is empty
+        engine.reserve("root.team.b", {"vcore": "5"})
+        waiting = engine.reserve("root.team.b", {"vcore": "4"}, wait=60, block=False)
+        assert waiting.state is WAITING
+        engine.rollback(second.id)
+        deadline = time.monotonic() + 10
+        while engine.get(waiting.id).state is WAITING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.get(waiting.id).state is PENDING
