@@ -73,7 +73,7 @@ def test_wait_arguments_are_checked(service: Service) -> None:
         for extra, field in (({"wait": 0}, "wait"), ({"wait": 5, "priority": "high"}, "priority")):
             refused = _reserve(client, 1, **extra)
             assert refused.status_code == 422, refused.text
-            assert refused.json()["error"]["field"] == field
+            assert refused.json()["error"]["details"]["field"] == field
         assert _reserve(client, 1, priority=3).status_code == 422
         pod = {"metadata": {"name": "p", "namespace": "a", "uid": "u1"}, "spec": {"containers": []}}
         assert client.post("/v1/reservations", json={"pod": pod, "wait": 5}).status_code == 422
@@ -82,7 +82,7 @@ def test_wait_arguments_are_checked(service: Service) -> None:
             json={"operations": [{"op": "reserve", "queue": "root.a", "resources": {"fpga": 1}, "wait": 5}]},
         )
         (result,) = batch.json()["results"]
-        assert (result["status"], result["body"]["error"]["field"]) == (422, "wait")
+        assert (result["status"], result["body"]["error"]["details"]["field"]) == (422, "wait")
         made = _reserve(client, 1, wait=5)
         too_long = client.get(f"/v1/reservations/{made.json()['id']}", params={"wait": 61})
         assert too_long.status_code == 422
