@@ -245,7 +245,7 @@ class ReservationStatements:
     def insert_reservation(
         self, reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None = None
     ) -> None:
-        header = _header(reservation, request_hash, kube)
+        header = header_row(reservation, request_hash, kube)
         if self.pg is not None:
             self.pg.run(PG_INSERT_HEADER, header)
             if reservation.resources:
@@ -265,7 +265,7 @@ class ReservationStatements:
         one multi-row insert of the headers and one of the items (MariaDB, SQLite)."""
         if not new:
             return
-        headers = [_header(r, request_hash, kube) for r, request_hash, kube in new]
+        headers = [header_row(r, request_hash, kube) for r, request_hash, kube in new]
         statements = [inline.insert_rows(self.conn, reservations, headers)]
         if items := [item for r, _, _ in new for item in _items(r)]:
             statements.append(inline.insert_rows(self.conn, reservation_items, items))
@@ -342,7 +342,8 @@ class ReservationStatements:
         return self.conn.execute(_MARK_RELEASED, {"rid": reservation_id, "now": now}).rowcount == 1
 
 
-def _header(reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None) -> dict[str, Any]:
+def header_row(reservation: Reservation, request_hash: str, kube: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A new reservation's row of ``reservations``, as inserted."""
     return {
         "id": reservation.id,
         "partition": reservation.partition,

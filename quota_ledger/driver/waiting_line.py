@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Integer, String, and_, bindparam, func, liter
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect, line_notices
-from quota_ledger.driver.reservations import read_many
+from quota_ledger.driver.reservations import header_row, read_many
 from quota_ledger.driver.schema import reservation_items, reservations
 from quota_ledger.model import line as lines
 from quota_ledger.model.values import Reservation, Violation
@@ -178,30 +178,14 @@ class WaitingStatements:
     ) -> None:
         """A new row in the line: ``reservation`` (state ``waiting``, created when it joins,
         ``expires_at`` when its wait runs out) and its items."""
-        self.conn.execute(
-            sa_insert(reservations),
-            {
-                "id": reservation.id,
-                "partition": reservation.partition,
-                "key": reservation.key,
-                "request_hash": request_hash,
-                "state": reservation.state.value,
-                "queue": reservation.queue,
-                "user_name": reservation.user,
-                "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
-                "application": reservation.application,
-                "priority_class": reservation.priority_class,
-                "created_at": _naive(reservation.created_at),
-                "expires_at": _naive(reservation.expires_at),
-                "resolved_at": None,
-                "kube": None if kube is None else json.dumps(kube, sort_keys=True, separators=(",", ":")),
-                "released_at": None,
-                "priority": reservation.priority,
-                "queued_at": _naive(reservation.created_at),
-                "ttl_ms": ttl_ms,
-                "blocked_by": _blocked_json(blocked),
-            },
+        row = header_row(reservation, request_hash, kube)
+        row.update(
+            priority=reservation.priority,
+            queued_at=_naive(reservation.created_at),
+            ttl_ms=ttl_ms,
+            blocked_by=_blocked_json(blocked),
         )
+        self.conn.execute(sa_insert(reservations), row)
         if reservation.resources:
             self.conn.execute(
                 sa_insert(reservation_items),

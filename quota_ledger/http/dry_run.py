@@ -16,7 +16,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from quota_ledger.engine import QuotaEngine
-from quota_ledger.http import models, scoped
+from quota_ledger.http import ledger_ops, models, scoped
 from quota_ledger.http.auth import check_scope
 from quota_ledger.http.errors import body as error_body
 from quota_ledger.model.errors import InvalidRequest
@@ -39,17 +39,8 @@ def explain(engine: QuotaEngine, body: models.ReserveBody, token: Token, key: st
     explained = engine.explain(
         body.queue,
         body.resources,
-        partition=body.partition,
-        user=body.user,
-        groups=body.groups,
-        application=body.application,
-        priority_class=body.priority_class,
-        ttl=body.ttl,
         # a token restricted to a queue may not learn of a key held outside it: no key
-        key=key if token.queue is None else None,
-        terminating=body.terminating,
-        best_effort=body.best_effort,
-        cross_namespace_affinity=body.cross_namespace_affinity,
+        **ledger_ops.reserve_arguments(body, key if token.queue is None else None),
         wait=body.wait,
         priority=body.priority,
     )

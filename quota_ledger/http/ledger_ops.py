@@ -51,6 +51,23 @@ def reservation_response(reservation: Reservation, status_code: int = 200) -> Re
     )
 
 
+def reserve_arguments(body: models.ReserveBody, key: str | None) -> dict[str, Any]:
+    """The keyword arguments of ``QuotaEngine.reserve`` a queue request's body gives (but the
+    queue, the resources and how it waits)."""
+    return {
+        "partition": body.partition,
+        "user": body.user,
+        "groups": body.groups,
+        "application": body.application,
+        "priority_class": body.priority_class,
+        "ttl": body.ttl,
+        "key": key,
+        "terminating": body.terminating,
+        "best_effort": body.best_effort,
+        "cross_namespace_affinity": body.cross_namespace_affinity,
+    }
+
+
 def warning_header(warnings: Sequence[str]) -> str:
     """RFC 7234 warn-values with code 299 (miscellaneous persistent warning), as the Kubernetes
     API server sends them: ``299 - "text"``, comma-separated, in ASCII."""
@@ -106,16 +123,7 @@ class LedgerOps:
             made = self.engine.reserve(
                 body.queue,
                 body.resources,
-                partition=body.partition,
-                user=body.user,
-                groups=body.groups,
-                application=body.application,
-                priority_class=body.priority_class,
-                ttl=body.ttl,
-                key=key,
-                terminating=body.terminating,
-                best_effort=body.best_effort,
-                cross_namespace_affinity=body.cross_namespace_affinity,
+                **reserve_arguments(body, key),
                 wait=body.wait,
                 block=False,
                 priority=body.priority,
@@ -239,20 +247,7 @@ class LedgerOps:
         if body.queue is None:
             raise InvalidRequest("queue is required (or a pod)", field="queue")
         check_scope(token, body.partition, body.queue)
-        return engine.prepare_reserve(
-            body.queue,
-            body.resources,
-            partition=body.partition,
-            user=body.user,
-            groups=body.groups,
-            application=body.application,
-            priority_class=body.priority_class,
-            ttl=body.ttl,
-            key=key,
-            terminating=body.terminating,
-            best_effort=body.best_effort,
-            cross_namespace_affinity=body.cross_namespace_affinity,
-        )
+        return engine.prepare_reserve(body.queue, body.resources, **reserve_arguments(body, key))
 
     def by_key(self, key: str, token: Token, partition: str) -> Reservation:
         """The reservation ``token`` made with ``key``: the one stored under the key if the
