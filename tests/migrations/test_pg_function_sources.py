@@ -219,20 +219,19 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
             assert installed() == body(sql.frozen(name)), revision
         migrate.upgrade(engine, "head")
         assert installed() is None
+        with QuotaEngine.from_url(empty_db) as ledger:  # (an engine needs the schema at head)
+            ledger.set_limits("root", {"fpga": 10})
+            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")
         migrate.downgrade(engine, "0015")
         assert installed() == body(sql.frozen("reserve_v3"))
-        with QuotaEngine.from_url(empty_db) as ledger:
-            ledger.set_limits("root", {"fpga": 10})
-            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")  # in a function
-            assert ledger.driver.functions
         for revision, name in (("0012", "reserve_v2"), ("0008", "reserve_v1")):
             migrate.downgrade(engine, revision)
             assert installed() == body(sql.frozen(name)), revision
-        # this engine's calls have the head's arguments: at 0008 it reserves on the general path
+        # up again: what was reserved is still there, and the counters agree with it
+        migrate.upgrade(engine, "head")
+        assert installed() is None
         with QuotaEngine.from_url(empty_db) as ledger:
-            ledger.reserve("root.new", {"fpga": 1}, user="ann", application="a1")
-            assert not ledger.driver.functions
-            assert ledger.usage("root.new")["fpga"].reserved == 2
+            assert ledger.usage("root.new")["fpga"].reserved == 1
             assert ledger.audit() == []
     finally:
         engine.dispose()
@@ -297,6 +296,8 @@ def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them
         with engine.connect() as conn:
             assert ledger_functions(conn) == [f for f in at_0015 if f not in _RETIRED]
             assert definitions(conn, list(kept)) == kept
+        with QuotaEngine.from_url(empty_db) as ledger:
+            ledger.set_limits("root", {"fpga": 10})
         migrate.downgrade(engine, "0015")
         with engine.connect() as conn:
             # the very functions 0013 and 0011 left: signature, result, settings and body
@@ -304,20 +305,19 @@ def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them
             assert definitions(conn, retired) == released
             for function, name in _RETIRED.items():
                 assert installed_body(conn, function) == body(sql.frozen(name)), function
-        # and they work at 0015: a reserve and its commit, each in its own transaction
+        # and they work at 0015: a reserve and its commit, each in its own transaction (the
+        # limit was set at head: an engine needs the schema at head)
+        reservation = uuid.uuid4().hex
+        with engine.begin() as conn:
+            assert conn.execute(text(_TRY_RESERVE.format(id=reservation))).scalar_one() is not None
+        with engine.begin() as conn:
+            assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 1
+            # a second commit is declined, and the guarded function returns no row
+            assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 0
+        migrate.upgrade(engine, "head")
         with QuotaEngine.from_url(empty_db) as ledger:
-            ledger.set_limits("root", {"fpga": 10})
-            reservation = uuid.uuid4().hex
-            with engine.begin() as conn:
-                assert conn.execute(text(_TRY_RESERVE.format(id=reservation))).scalar_one() is not None
-            assert ledger.usage("root.a")["fpga"].reserved == 1
-            with engine.begin() as conn:
-                assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 1
-                # a second commit is declined, and the guarded function returns no row
-                assert conn.execute(text(_TRY_COMMIT.format(id=reservation))).scalar_one() == 0
             assert ledger.usage("root.a")["fpga"].in_use == 1
             assert ledger.audit() == []
-        migrate.upgrade(engine, "head")
         with engine.connect() as conn:
             assert not set(ledger_functions(conn)) & _RETIRED.keys()
     finally:
