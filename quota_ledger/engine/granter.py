@@ -200,12 +200,6 @@ class Granter:
 
         return stop
 
-    def has_line(self, partition: str) -> bool:
-        """Whether ``partition`` had a line when this engine last looked, within the last
-        ``interval`` (no look in the database)."""
-        checked, found = self._seen.get(partition, (float("-inf"), False))
-        return found and time.monotonic() - checked < self.interval
-
     def noted(self, partition: str) -> None:
         """A request of ``partition`` joined its line: the next capacity this engine frees
         there passes over it (no look in the database first)."""

@@ -95,10 +95,6 @@ class Reservations(Waits):
             return self.decide(self._reservation(request))
         seconds = waits.wait_seconds(wait)
         request = dataclasses.replace(request, priority=waits.priority(priority))
-        if self.granter.has_line(request.partition):
-            # Requests wait already: it joins behind them, and a pass grants in order what fits
-            # (deciding it at once could give it capacity an earlier request fits in).
-            return self._wait_in_line(request, OverQuota([]), seconds, block)
         try:
             made = self.decide(self._reservation(request))
         except OverQuota as refused:

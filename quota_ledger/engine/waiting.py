@@ -27,7 +27,7 @@ from quota_ledger.model.errors import (
     WaitTimeout,
 )
 from quota_ledger.model.requests import ReserveRequest
-from quota_ledger.model.values import Reservation, ReservationState, Violation
+from quota_ledger.model.values import Reservation, ReservationState
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +123,16 @@ class Waits(EngineBase):
         return self._await(joined, refused.violations, started + wait if block else None)
 
     def _await(self, current: Reservation, violations: Sequence[Any], deadline: float | None) -> Reservation:
-        """A waiting ``current``, tried once more now with its line, in order; with a
-        ``deadline`` (monotonic), waited for until then, when it leaves the line as expired and
-        :class:`WaitTimeout` is raised."""
-        tried = self._pass(current.partition, "join", until=current.id).get(current.id)
-        if isinstance(tried, Reservation) and tried.state is not ReservationState.WAITING:
-            return tried
-        if isinstance(tried, Refused) and isinstance(tried.error, OverQuota):
-            violations = tried.error.violations
-        if tried is None:  # not tried (one like it ahead was refused), or gone: as it is now
-            found = self.driver.run(lambda tx: tx.find_reservation(current.id))
-            if found is not None and found.reservation.state is not ReservationState.WAITING:
-                return found.reservation
+        """A waiting ``current``, tried once more now; with a ``deadline`` (monotonic), waited
+        for until then, when it leaves the line as expired and :class:`WaitTimeout` is raised."""
+        outcome = self.driver.run(lambda tx: waiting.grant(tx, self.rules, self.bounds, current.id))
+        if isinstance(outcome, waiting.Granted):
+            self.granter.stats.granted("join", outcome.waited)
+            return outcome.reservation
+        if isinstance(outcome, Reservation) and outcome.state is not ReservationState.WAITING:
+            return outcome
+        if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
+            violations = outcome.error.violations
         if deadline is None:
             return self._placed(current.id)
         left, last = self.granter.wait(current.id, current.partition, max(0.0, deadline - time.monotonic()))
@@ -149,26 +147,17 @@ class Waits(EngineBase):
                 f"runs out: {current.id}"
             )
 
-        def expire(tx: LedgerTx) -> tuple[Reservation, list[Violation] | None]:
-            # One last try, which also says what stops it now; then it leaves the line.
-            tried = waiting.grant(tx, self.rules, self.bounds, current.id)
-            if isinstance(tried, waiting.Granted):
-                return tried.reservation, None
-            if tried is None:
-                raise ReservationNotFound(current.id)
-            if isinstance(tried, Reservation):
-                return tried, None  # granted, cancelled or ended meanwhile
+        def expire(tx: LedgerTx) -> tuple[Reservation, bool]:
             locked = tx.lock_reservation(current.id)
             if locked is None:
                 raise ReservationNotFound(current.id)
             stored, now = locked
-            stopped = list(tried.error.violations) if isinstance(tried.error, OverQuota) else []
-            return waiting.leave(tx, stored.reservation, ReservationState.EXPIRED, now), stopped
+            if stored.reservation.state is not ReservationState.WAITING:
+                return stored.reservation, False  # granted (or cancelled) meanwhile
+            return waiting.leave(tx, stored.reservation, ReservationState.EXPIRED, now), True
 
-        ended, stopped = self.driver.run(expire)
-        if stopped is not None:
-            raise WaitTimeout(current.id, stopped or list(violations))
-        if ended.state is ReservationState.EXPIRED:
+        ended, ran_out = self.driver.run(expire)
+        if ran_out:
             raise WaitTimeout(current.id, list(violations))
         return ended
 
@@ -178,12 +167,9 @@ class Waits(EngineBase):
             raise ReservationNotFound(reservation_id)
         return found
 
-    def _pass(
-        self, partition: str, reason: str = "pass", until: str | None = None
-    ) -> dict[str, Reservation | Refused | None]:
+    def _pass(self, partition: str, reason: str = "pass") -> dict[str, Reservation | Refused | None]:
         """One pass over ``partition``'s line: each request tried in order, in a transaction
-        of its own, up to ``until`` (a request just joined: those behind it are not its
-        business); its grants counted under ``reason`` (what freed the capacity)."""
+        of its own; its grants counted under ``reason`` (what freed the capacity)."""
         line = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
         outcomes: dict[str, Reservation | Refused | None] = {}
         refused: list[Waiting] = []
@@ -204,8 +190,6 @@ class Waits(EngineBase):
                 self.granter.stats.granted(reason, outcome.waited)
                 outcome = outcome.reservation
             outcomes[rid] = outcome
-            if rid == until:
-                break
         return outcomes
 
     def _lines(self, partition: str | None) -> list[str]:
