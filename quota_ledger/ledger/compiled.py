@@ -6,6 +6,9 @@ than a reservation, so each engine keeps the newest version it has compiled. A t
 for the version in force under its partition lock and gets the cached copy when the versions
 agree. When the versions in between were made by ``set_limits`` (one queue's max each), the
 cached copy is moved forward by those changes instead of compiling the whole configuration.
+A transaction whose snapshot shows an older version (a lagging replica, or a snapshot taken
+before the newest change) gets one of the last few versions kept, or the nearest older one
+moved forward.
 The PostgreSQL functions take the cached copy without a transaction of their own and check
 under the partition lock that its version is still the one in force.
 """
@@ -23,6 +26,9 @@ from quota_ledger.config.rules import PartitionRules, Rules, compile_config, wit
 from quota_ledger.driver.tx import LedgerTx
 
 Run = Callable[[Callable[[LedgerTx], Rules]], Rules]
+
+#: how many of the newest versions an engine keeps compiled, for snapshots that lag
+KEPT_VERSIONS = 8
 
 
 def compile_stored(
@@ -51,6 +57,8 @@ class CompiledRules:
 
     def __init__(self) -> None:
         self._compiled: Rules | None = None
+        #: the newest ``KEPT_VERSIONS`` versions compiled, by version
+        self._kept: dict[int, Rules] = {}
         #: what set_limits checks a change against, built on first use (see :mod:`local_check`)
         self._index: ConfigIndex | None = None
         self._lock = threading.Lock()
@@ -64,6 +72,9 @@ class CompiledRules:
             current = self._compiled
             if current is None or rules.version > current.version:
                 self._compiled = rules
+            self._kept[rules.version] = rules
+            for version in sorted(self._kept)[:-KEPT_VERSIONS]:
+                del self._kept[version]
             if index is not None and (self._index is None or index.version > self._index.version):
                 self._index = index
 
@@ -71,11 +82,21 @@ class CompiledRules:
         """The configuration in force, read under the caller's partition lock."""
         version = tx.config_version()
         compiled = self._compiled
-        if compiled is None or compiled.version != version:
-            compiled = self._load(tx, compiled, version)
-            # A replica that lags may show an older version: use it, but keep the newer one.
-            self.remember(compiled)
+        if compiled is not None and compiled.version == version:
+            return compiled
+        kept = self._kept.get(version)
+        if kept is not None:
+            return kept
+        compiled = self._load(tx, self._older(version), version)
+        # A snapshot that lags may show an older version: use it, but keep the newer one.
+        self.remember(compiled)
         return compiled
+
+    def _older(self, version: int) -> Rules | None:
+        """The newest kept version older than ``version``, to move forward from."""
+        with self._lock:
+            older = [v for v in self._kept if v < version]
+            return self._kept[max(older)] if older else None
 
     def _load(self, tx: LedgerTx, cached: Rules | None, version: int) -> Rules:
         """Version ``version``: the cached rules moved forward when only changes lie between."""

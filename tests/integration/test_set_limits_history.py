@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from quota_ledger import ConfigError, OverQuota, QuotaEngine
+from quota_ledger.driver.tx import LedgerTx
 
 CONFIG = """
 partitions:
@@ -197,3 +198,30 @@ def test_a_new_partition_is_added_by_a_whole_version(ledger: QuotaEngine, db_url
     assert ledger.set_limits("root.a", {"vcore": 2}, partition="other") == 2
     assert _snapshots(db_url) == [1, 2]
     assert ledger.limits(partition="other")["root.a"] == {"vcore": 2000}
+
+
+def test_a_snapshot_that_lags_gets_a_kept_version_without_compiling(ledger: QuotaEngine, db_url: URL) -> None:
+    """A transaction whose snapshot still shows an older version (a replica that lags, or a
+    snapshot taken before the newest change) gets that version from the kept ones, or moves
+    the nearest older one forward: the engine does not compile the whole configuration again."""
+    with QuotaEngine.from_url(db_url) as other:
+        other.reserve("root.prod", {"vcore": 1})
+        compiled = other.rules.compiles
+        for limit in (2, 3, 4):
+            ledger.set_limits("root.prod", {"vcore": limit})
+            other.reserve("root.dev", {"vcore": 1})  # moves forward to the new version
+        assert ledger.config_version() == 4
+
+        def seen_at(version: int) -> dict[str, int]:
+            def step(tx: LedgerTx) -> dict[str, int]:
+                tx.config_version = lambda: version  # type: ignore[method-assign]
+                rules = other.rules.in_force(tx)
+                assert rules.version == version
+                return dict(rules.partition("default").queues["root.prod"].max)
+
+            return other.driver.run(step)
+
+        assert seen_at(2) == {"vcore": 2000}
+        assert seen_at(1) == {"vcore": 20000}
+        assert other.rules.compiles == compiled
+        assert other.limits()["root.prod"] == {"vcore": 4000}
