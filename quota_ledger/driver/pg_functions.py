@@ -48,7 +48,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, exc
 
 from quota_ledger.driver.dialect import ADVISORY_NAMESPACE, advisory_key
-from quota_ledger.driver.pg_cursor import Call
+from quota_ledger.driver.pg_cursor import Call, with_text_arrays
 from quota_ledger.model.requests import Identity, ReserveRequest
 
 # psycopg is imported by the call, not with this module: SQLite and MariaDB never load it.
@@ -88,7 +88,9 @@ class Unavailable(Exception):
 
 
 def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | None:
-    """Run one function call as its own transaction; None when the function declined.
+    """Run one function call as its own transaction; None when the function declined. Every
+    array parameter of the ledger's function calls is cast in its SQL, so lists are sent in
+    PostgreSQL's text form (:func:`.pg_cursor.with_text_arrays`).
 
     Errors come back as SQLAlchemy's ``DBAPIError`` (with ``connection_invalidated`` set when
     the connection died), also when no connection could be opened, so the driver retries them
@@ -109,7 +111,7 @@ def call(engine: Engine, sql: str, params: Mapping[str, Any]) -> list[Any] | Non
             raw.autocommit = True
             try:
                 with raw.cursor(row_factory=namedtuple_row) as cur:
-                    return cur.execute(sql, params).fetchall()
+                    return cur.execute(sql, with_text_arrays(params)).fetchall()
             finally:
                 if not raw.closed:
                     raw.autocommit = False
@@ -202,6 +204,7 @@ def reserve_many(calls: list[Mapping[str, Any]]) -> Call:
             "quota_owners": [n for n, c in numbered for _ in c["quota_names"]],
             **{f"quota_{f}": [v for c in calls for v in c[f"quota_{f}"]] for f in _QUOTA_FIELDS},
         },
+        arrays_as_text=True,
     )
 
 
@@ -218,7 +221,7 @@ def commit_many(calls: list[Mapping[str, Any]], guard: bool = True) -> Call:
     (:func:`commit_params`); ``guard``: a tracked one without its application row is declined
     alone (else the call aborts with ``QL001``)."""
     ids, ops = [c["id"] for c in calls], [c["op"] for c in calls]
-    return Call(COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard})
+    return Call(COMMIT_MANY, {"ids": ids, "ops": ops, "guard": guard}, arrays_as_text=True)
 
 
 def expire_params(partition: str, limit: int, skip: Sequence[str], version: int) -> dict[str, Any]:
