@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import DateTime, Engine, Integer, create_engine, event, exc, insert
@@ -29,6 +30,16 @@ class utcnow(FunctionElement[Any]):  # noqa: N801 - reads like a SQL function
 
     type = DateTime()
     inherit_cache = True
+
+
+def aware(value: datetime) -> datetime:
+    """A timestamp as read from a column (naive UTC on every backend), as UTC."""
+    return value.replace(tzinfo=UTC)
+
+
+def naive(value: datetime) -> datetime:
+    """A timestamp as a column stores it: naive UTC."""
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 @compiles(utcnow, "postgresql")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Integer, and_, bindparam, or_, select, update
@@ -216,6 +216,10 @@ class ReservationStatements:
     def find_reservation(self, reservation_id: str) -> StoredReservation | None:
         return _one(self.conn.execute(_FIND_BY_ID, {"id": reservation_id}).all())
 
+    def find_reservations(self, ids: Sequence[str]) -> list[StoredReservation]:
+        """The reservations of ``ids`` that exist, in no order, in one statement; no lock."""
+        return read_many(self.conn, ids)
+
     def lock_reservation(self, reservation_id: str) -> tuple[StoredReservation, datetime] | None:
         """Lock one reservation row and read the clock."""
         params = {"id": reservation_id}
@@ -355,8 +359,8 @@ def header_row(reservation: Reservation, request_hash: str, kube: Mapping[str, A
         "groups": json.dumps(list(reservation.groups)) if reservation.groups else None,
         "application": reservation.application,
         "priority_class": reservation.priority_class,
-        "created_at": _naive(reservation.created_at),
-        "expires_at": _naive(reservation.expires_at),
+        "created_at": dialect.naive(reservation.created_at),
+        "expires_at": dialect.naive(reservation.expires_at),
         "resolved_at": None,
         "kube": None if kube is None else json.dumps(kube, sort_keys=True, separators=(",", ":")),
         "released_at": None,
@@ -399,25 +403,17 @@ def _build(rows: list[Any]) -> StoredReservation:
         partition=head.partition,
         queue=head.queue,
         resources={row.resource: row.amount for row in sorted(items, key=lambda r: r.resource)},
-        created_at=_aware(head.created_at),
-        expires_at=_aware(head.expires_at),
+        created_at=dialect.aware(head.created_at),
+        expires_at=dialect.aware(head.expires_at),
         key=head.key,
         user=head.user_name,
         groups=tuple(json.loads(head.groups)) if head.groups else (),
         application=head.application,
         priority_class=head.priority_class,
         committed=committed,
-        resolved_at=_aware(head.resolved_at) if head.resolved_at is not None else None,
-        released_at=_aware(head.released_at) if head.released_at is not None else None,
+        resolved_at=dialect.aware(head.resolved_at) if head.resolved_at is not None else None,
+        released_at=dialect.aware(head.released_at) if head.released_at is not None else None,
         priority=head.priority,
     )
     kube = json.loads(head.kube) if head.kube else None
     return StoredReservation(reservation=reservation, request_hash=head.request_hash, kube=kube)
-
-
-def _aware(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC)
-
-
-def _naive(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value

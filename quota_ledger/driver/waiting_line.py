@@ -9,7 +9,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Integer, String, and_, bindparam, func, literal_column, or_, select, update
@@ -181,7 +181,7 @@ class WaitingStatements:
         row = header_row(reservation, request_hash, kube)
         row.update(
             priority=reservation.priority,
-            queued_at=_naive(reservation.created_at),
+            queued_at=dialect.naive(reservation.created_at),
             ttl_ms=ttl_ms,
             blocked_by=_blocked_json(blocked),
         )
@@ -222,8 +222,8 @@ class WaitingStatements:
                     priority_class=row.priority_class,
                     scopes=_scopes(row.kube),
                     priority=row.priority,
-                    queued_at=_aware(row.queued_at),
-                    until=_aware(row.expires_at),
+                    queued_at=dialect.aware(row.queued_at),
+                    until=dialect.aware(row.expires_at),
                     needs={},
                 )
             if row.resource is not None:
@@ -240,7 +240,7 @@ class WaitingStatements:
         if row is None or row.queued_at is None:
             return None
         blocked = lines.from_json(json.loads(row.blocked_by)) if row.blocked_by else ()
-        return Entry(row.priority, _aware(row.queued_at), row.ttl_ms, blocked)
+        return Entry(row.priority, dialect.aware(row.queued_at), row.ttl_ms, blocked)
 
     def set_blocked(self, reservation_id: str, blocked: Sequence[Violation]) -> None:
         """Record what stopped a waiting row this transaction holds."""
@@ -255,7 +255,7 @@ class WaitingStatements:
         if place is None:
             rows = self.conn.execute(_AT_LEAST_ROWS, {"p": partition, "pr": priority})
         else:
-            params = {"p": partition, "pr": priority, "at": _naive(place[0]), "id": place[1]}
+            params = {"p": partition, "pr": priority, "at": dialect.naive(place[0]), "id": place[1]}
             rows = self.conn.execute(_AHEAD_ROWS, params)
         found: dict[str, tuple[str, str | None, dict[str, int]]] = {}
         for row in rows:
@@ -269,20 +269,25 @@ class WaitingStatements:
 
     def ahead_of(self, partition: str, reservation_id: str, entry: Entry) -> int:
         """How many waiting requests of ``partition`` come before this one in grant order."""
-        params = {"p": partition, "pr": entry.priority, "at": _naive(entry.queued_at), "id": reservation_id}
+        params = {
+            "p": partition,
+            "pr": entry.priority,
+            "at": dialect.naive(entry.queued_at),
+            "id": reservation_id,
+        }
         return int(self.conn.execute(_AHEAD, params).scalar_one())
 
     def queue_lines(self, partition: str) -> list[tuple[str, int, datetime]]:
         """(queue, waiting requests, when the first of them joined) of ``partition``'s line."""
         return [
-            (row.queue, row.n, _aware(row.oldest))
+            (row.queue, row.n, dialect.aware(row.oldest))
             for row in self.conn.execute(_QUEUE_LINES, {"p": partition})
         ]
 
     def last_queued(self, partition: str) -> datetime | None:
         """When the latest of ``partition``'s waiting requests joined its line (None: no line)."""
         found = self.conn.execute(_LAST_QUEUED, {"p": partition}).scalar()
-        return None if found is None else _aware(found)
+        return None if found is None else dialect.aware(found)
 
     def notify_left(self, partition: str) -> None:
         """A request of ``partition`` left its line in this transaction: PostgreSQL's listeners
@@ -301,7 +306,7 @@ class WaitingStatements:
     def grant_waiting(self, reservation_id: str, now: datetime, expires_at: datetime) -> int:
         """``waiting -> pending`` of a row this transaction holds, made at ``now``; 1 if it was
         waiting, else 0."""
-        params = {"rid": reservation_id, "now": _naive(now), "expires": _naive(expires_at)}
+        params = {"rid": reservation_id, "now": dialect.naive(now), "expires": dialect.naive(expires_at)}
         return self.conn.execute(_GRANT, params).rowcount
 
     def leave_line(self, ids: Sequence[str], state: str, now: datetime) -> int:
@@ -309,7 +314,9 @@ class WaitingStatements:
         how many were waiting."""
         if not ids:
             return 0
-        return self.conn.execute(_LEAVE, {"ids": list(ids), "new_state": state, "now": _naive(now)}).rowcount
+        return self.conn.execute(
+            _LEAVE, {"ids": list(ids), "new_state": state, "now": dialect.naive(now)}
+        ).rowcount
 
 
 def _scopes(kube: str | None) -> str | None:
@@ -319,11 +326,3 @@ def _scopes(kube: str | None) -> str | None:
 
 def _blocked_json(blocked: Sequence[Violation]) -> str | None:
     return json.dumps(lines.to_json(blocked), sort_keys=True, separators=(",", ":")) if blocked else None
-
-
-def _aware(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC)
-
-
-def _naive(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value

@@ -11,8 +11,7 @@ from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.engine import waiting as waits
 from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.ledger import holders, reserve
-from quota_ledger.model import validation
-from quota_ledger.model.errors import InvalidRequest, OverQuota
+from quota_ledger.model.errors import OverQuota
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Explanation
 
@@ -70,11 +69,7 @@ class Explanations(EngineBase):
         waiting requests of its partition would be tried before it (``block`` is accepted, as
         :meth:`reserve` accepts it, and changes nothing here).
         """
-        validation.flag(block, "block")
-        seconds = None if wait is None else waits.wait_seconds(wait)
-        rank = waits.priority(priority)
-        if seconds is None and rank != 0:
-            raise InvalidRequest("priority orders requests that wait: pass wait= too", field="priority")
+        seconds, rank = waits.how_to_wait(wait, block, priority)
         request = self._reserve_request(
             queue,
             resources,

@@ -86,15 +86,10 @@ class Reservations(Waits):
             best_effort=best_effort,
             cross_namespace_affinity=cross_namespace_affinity,
         )
-        validation.flag(block, "block")
-        if wait is None:
-            if waits.priority(priority) != 0:
-                raise InvalidRequest(
-                    "priority orders the requests that wait: pass wait= too", field="priority"
-                )
+        seconds, rank = waits.how_to_wait(wait, block, priority)
+        if seconds is None:
             return self.decide(self._reservation(request))
-        seconds = waits.wait_seconds(wait)
-        request = dataclasses.replace(request, priority=waits.priority(priority))
+        request = dataclasses.replace(request, priority=rank)
         try:
             made = self.decide(self._reservation(request))
         except OverQuota as refused:

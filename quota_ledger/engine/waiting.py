@@ -61,6 +61,17 @@ def priority(value: Any) -> int:
     return value
 
 
+def how_to_wait(wait: Any, block: Any, rank: Any) -> tuple[float | None, int]:
+    """The checked ``wait`` (seconds; None: decide at once) and ``priority`` of a reserve, and
+    its ``block`` flag checked: what :meth:`~Reservations.reserve` and ``explain`` accept."""
+    validation.flag(block, "block")
+    seconds = None if wait is None else wait_seconds(wait)
+    checked = priority(rank)
+    if seconds is None and checked != 0:
+        raise InvalidRequest("priority orders the requests that wait: pass wait= too", field="priority")
+    return seconds, checked
+
+
 class Waits(EngineBase):
     """The waiting-line calls of :class:`QuotaEngine`."""
 
@@ -200,7 +211,7 @@ class Waits(EngineBase):
 
     def _read_many(self, ids: Sequence[str]) -> dict[str, Reservation]:
         def read(tx: LedgerTx) -> dict[str, Reservation]:
-            return {rid: found.reservation for rid in ids if (found := tx.find_reservation(rid)) is not None}
+            return {found.reservation.id: found.reservation for found in tx.find_reservations(ids)}
 
         return self.driver.run(read)
 
