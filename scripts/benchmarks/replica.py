@@ -118,13 +118,13 @@ class PsycopgWorker:
             "id_limits": [],
         }
         call = pg_functions.reserve_many([params])
-        if not self._call(call.sql, call.params):
+        if not self._call(call.sql, call.sent()):
             raise BenchError(f"psycopg worker: reservation in {queue} was declined")
         return rid
 
     def commit(self, rid: str) -> None:
         call = pg_functions.commit_many([pg_functions.commit_params(rid, str(uuid.uuid4()))])
-        rows = self._call(call.sql, call.params)
+        rows = self._call(call.sql, call.sent())
         if not rows:
             raise BenchError(f"psycopg worker: reservation {rid} was not committed")
 
