@@ -1,19 +1,21 @@
 """The waiting line against a pure-Python model of limits plus lines, on every decision path:
 random reserves (at once or waiting, with priorities), rollbacks and cancellations, partial
-commits, releases and limit changes, under ``StrictFIFO`` and ``BestEffortFIFO``. After every
-step each reservation's state, each waiting request's place and the counters agree with the
-model, which grants in the policy's order and never lets a request wait while it fits and
-nothing ahead of it in a strict line it shares waits."""
+commits, releases, waits that run out and limit changes, under ``StrictFIFO`` and
+``BestEffortFIFO``. After every step each reservation's state, each waiting request's place
+and the counters agree with the model, which grants in the policy's order and never lets a
+request wait while it fits and nothing ahead of it in a strict line it shares waits."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from sqlalchemy import text
 
 from quota_ledger import OverQuota, QuotaEngine, ReservationState
 
@@ -192,6 +194,23 @@ def test_the_line_agrees_with_the_model(
             request = data.draw(st.sampled_from(sorted(held, key=lambda r: r.seq)))
             engine.release_reservation(request.id)
             request.released = True
+            self.passed()
+
+        @rule(data=st.data())
+        def run_out(self, data: st.DataObject) -> None:
+            # A waiting request's wait runs out: its end is moved to the past (the database
+            # clock decides it, so the test does not race it), then the next pass ends it.
+            line = self.model.line()
+            if not line:
+                return
+            request = data.draw(st.sampled_from(line))
+            with engine.driver.engine.begin() as conn:
+                moved = conn.execute(
+                    text("UPDATE reservations SET expires_at = :past WHERE id = :id AND state = 'waiting'"),
+                    {"past": datetime(2000, 1, 1), "id": request.id},
+                ).rowcount
+            assert moved == 1
+            request.state = "expired"
             self.passed()
 
         @rule(limit=st.integers(6, 16))
