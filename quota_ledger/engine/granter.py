@@ -1,16 +1,14 @@
 """The engine's granter: one thread that tries the waiting lines again, and wakes the callers
 blocked until their request leaves its line.
 
-A rollback, a partial commit or a release in a partition with a line passes over that line
-before the call returns (:func:`ledger.waiting.grant`, one transaction per request tried, in
-order), so the caller's next reserve cannot take the capacity it freed ahead of the line.
-Whatever else frees capacity (a limit change, a new configuration), a pass that fails, and a
-request that joins a line kick the granter's thread, which then passes over that line.
-While callers of this engine are blocked, it also passes over their lines every ``interval``
-seconds, so capacity freed by another process, or by one that died right after freeing it, is
-granted within that time; and it reads their rows once per round, in one statement, to wake
-those whose request left its line, whoever granted it. Without blocked callers and kicks the
-thread sleeps; it is started when first needed.
+Whatever frees capacity in this engine (a rollback, a partial commit, a release, a limit
+change) kicks the granter for its partition when the partition has a line; so does a request
+that joins one. The granter then passes over that line (:func:`ledger.waiting.grant`, one
+transaction per request tried, in order). While callers of this engine are blocked, it also
+passes over their lines every ``interval`` seconds, so capacity freed by another process, or by
+one that died right after freeing it, is granted within that time; and it reads their rows
+once per round, in one statement, to wake those whose request left its line, whoever granted
+it. Without blocked callers and kicks the thread sleeps; it is started when first needed.
 
 On PostgreSQL a request that leaves its line notifies (``LISTEN``/``NOTIFY``, sent when the
 transaction that granted, cancelled or expired it commits): the granter listens on a connection
@@ -38,8 +36,6 @@ log = logging.getLogger(__name__)
 
 #: one pass over a partition's line, and why: the outcome of each request tried, by id
 Pass = Callable[[str, str], dict[str, Reservation | Refused | None]]
-#: what a reservation's own call frees, passed over by that call (see :meth:`Granter.freed`)
-CALLER_PASSES = frozenset({"rollback", "commit", "release"})
 #: the upper bounds of the wait-time histogram, seconds
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -131,7 +127,7 @@ class Granter:
             checked, has_line = self._seen.get(partition, (float("-inf"), False))
             if now - checked < self.interval:
                 if has_line:
-                    self._pass_or_kick(partition, reason)
+                    self.kick(partition, reason)
                 return
         try:
             found = self.lines(partition)
@@ -140,25 +136,7 @@ class Granter:
         if partition is not None:
             self._seen[partition] = (now, bool(found))
         for name in found:
-            self._pass_or_kick(name, reason)
-
-    def _pass_or_kick(self, partition: str, reason: str) -> None:
-        """What a reservation's own call freed (``rollback``, ``commit``, ``release``) is passed
-        over by that call, before it returns: the caller's next reserve comes after the grants
-        its capacity made, so it does not take that capacity ahead of the line. Anything else,
-        and a pass that fails, kicks the granter's thread."""
-        if reason not in CALLER_PASSES or self._closed:
-            self.kick(partition, reason)
-            return
-        try:
-            outcomes = self.passes(partition, reason)
-        except QuotaLedgerError as error:
-            log.warning("the waiting line of partition %r was not passed over: %s", partition, error)
-            self.kick(partition, reason)
-            return
-        self._settle(
-            {rid: o for rid, o in outcomes.items() if isinstance(o, Reservation)}, _refusals(outcomes)
-        )
+            self.kick(name, reason)
 
     def kick(self, partition: str, reason: str = "pass") -> None:
         """Pass over ``partition``'s line soon (``reason``: what freed capacity there)."""
@@ -200,7 +178,7 @@ class Granter:
     def watch(
         self, reservation_id: str, partition: str, left: Callable[[Reservation], None]
     ) -> Callable[[], None]:
-        """Call ``left`` (from the thread that sees it go) with the reservation when the waiting
+        """Call ``left`` (from the granter's thread) with the reservation when the waiting
         request ``reservation_id`` leaves its line; the function returned stops watching. A
         watcher holds no thread: the service's long polls wait on it."""
         with self._cond:
@@ -290,25 +268,20 @@ class Granter:
             except QuotaLedgerError as error:
                 log.warning("the waiting line of partition %r was not passed over: %s", partition, error)
                 continue
-            refusals.update(_refusals(outcomes))
+            for rid, outcome in outcomes.items():
+                if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
+                    refusals[rid] = outcome.error.violations
         with self._cond:
             blocked = list(self._blocked)
+            self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
         if not blocked:
-            with self._cond:
-                self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
             return
         try:
             found = self.read(blocked)
         except QuotaLedgerError:
-            found = {}
-        self._settle(found, refusals)
-
-    def _settle(self, found: dict[str, Reservation], refusals: dict[str, list[Violation]]) -> None:
-        """Wake the callers and watchers of this engine whose request ``found`` shows out of
-        its line; keep the limits that stopped the others (``refusals``)."""
+            return
         calls: list[tuple[Callable[[Reservation], None], Reservation]] = []
         with self._cond:
-            self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
             for rid, reservation in found.items():
                 if reservation.state is not ReservationState.WAITING and rid in self._blocked:
                     if rid in self._waits:
@@ -322,12 +295,3 @@ class Granter:
                 call(reservation)
             except Exception:  # one watcher's failure (a closed event loop) leaves the others
                 log.exception("a waiting request's watcher failed")
-
-
-def _refusals(outcomes: dict[str, Reservation | Refused | None]) -> dict[str, list[Violation]]:
-    """The limits that stopped each request a pass refused."""
-    return {
-        rid: outcome.error.violations
-        for rid, outcome in outcomes.items()
-        if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota)
-    }

@@ -79,27 +79,6 @@ def test_a_rollback_grants_the_waiting_request_its_ttl_counted_from_the_grant(le
     assert ledger.audit() == []
 
 
-def test_the_call_that_frees_capacity_grants_the_line_before_it_returns(ledger: QuotaEngine) -> None:
-    """A rollback, a partial commit and a release pass over the line themselves: when each
-    returns, what it freed is granted, and the caller's next reserve finds no room ahead of
-    the line."""
-    first = ledger.reserve("root.team.a", {"vcore": "6"})
-    second = ledger.reserve("root.team.a", {"vcore": "4"})
-    waiting = [ledger.reserve("root.team.b", {"vcore": n}, wait=30, block=False) for n in ("4", "4", "2")]
-    assert [w.state for w in waiting] == [WAITING] * 3
-    ledger.rollback(second.id)  # 4 free: the first waiting request
-    assert [ledger.get(w.id).state for w in waiting] == [PENDING, WAITING, WAITING]
-    with pytest.raises(OverQuota):
-        ledger.reserve("root.team.a", {"vcore": "1"})  # 10 of 10: nothing was left to take
-    ledger.commit(first.id, {"vcore": "2"})  # 4 free: the second
-    assert [ledger.get(w.id).state for w in waiting] == [PENDING, PENDING, WAITING]
-    ledger.release_reservation(first.id)  # 2 more: the third
-    assert [ledger.get(w.id).state for w in waiting] == [PENDING] * 3
-    assert ledger.waiting() == []
-    assert reserved(ledger) == 10000
-    assert ledger.audit() == []
-
-
 def test_a_blocked_caller_is_granted_when_another_thread_frees_capacity(ledger: QuotaEngine) -> None:
     holder = ledger.reserve("root.team.a", {"vcore": "8"})
     timer = threading.Timer(0.3, ledger.rollback, args=(holder.id,))
