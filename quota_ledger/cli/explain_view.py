@@ -22,7 +22,8 @@ def lines(explained: Explanation) -> list[str]:
     else:
         needs = ", ".join(f"{res}={format_human(res, n)}" for res, n in sorted(explained.ahead_needs.items()))
         ahead = f"{explained.ahead} request{'s' * (explained.ahead != 1)} ahead of it"
-        found = [f"would wait in line: {stop}; {ahead}" + (f", needing {needs}" if needs else "")]
+        why = stop if count else "it joins behind the requests that wait"
+        found = [f"would wait in line: {why}; {ahead}" + (f", needing {needs}" if needs else "")]
     for blocker in explained.blockers:
         found += blocker_lines(blocker)
     return found

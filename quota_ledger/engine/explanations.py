@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from quota_ledger.engine.base import DEFAULT_PARTITION, EngineBase
 from quota_ledger.ledger import holders, reserve
 from quota_ledger.model.errors import OverQuota
 from quota_ledger.model.requests import ReserveRequest
-from quota_ledger.model.values import Explanation
+from quota_ledger.model.values import Blocker, Explanation
 
 
 class Explanations(EngineBase):
@@ -66,7 +66,8 @@ class Explanations(EngineBase):
         Any other refusal is raised, as :meth:`reserve` raises it. With ``key``, a key already
         used is explained as :meth:`reserve` would answer it: admitted, if the request is the
         same. With ``wait`` (and ``priority``), a request that would wait gets ``ahead``: how many
-        waiting requests of its partition would be tried before it (``block`` is accepted, as
+        waiting requests of its partition would be tried before it (while requests wait there,
+        it would join behind them: not admitted, with no blocker) (``block`` is accepted, as
         :meth:`reserve` accepts it, and changes nothing here).
         """
         seconds, rank = waits.how_to_wait(wait, block, priority)
@@ -86,7 +87,18 @@ class Explanations(EngineBase):
         )
         request = dataclasses.replace(request, priority=rank)
 
+        def in_line(tx: LedgerTx, found: Sequence[Blocker]) -> Explanation:
+            line = tx.line_ahead(request.partition, request.priority, None)
+            needs: dict[str, int] = {}
+            for each in line:
+                for res, amount in each.needs.items():
+                    needs[res] = needs.get(res, 0) + amount
+            return Explanation(admitted=False, blockers=tuple(found), ahead=len(line), ahead_needs=needs)
+
         def work(tx: LedgerTx) -> Explanation:
+            behind = seconds is not None and reserve.made_before(tx, request) is None
+            if behind and tx.last_queued(request.partition) is not None:
+                return in_line(tx, ())  # it would join behind the requests that wait
             undo = Undo(tx)
             undo.before_write()
             try:
@@ -95,14 +107,7 @@ class Explanations(EngineBase):
                 # The holders as the decision saw them, without the request's own rows.
                 undo.rollback()
                 found = holders.blockers(tx, request.queue, refused.violations)
-                if seconds is None:
-                    return Explanation(admitted=False, blockers=found)
-                line = tx.line_ahead(request.partition, request.priority, None)
-                needs: dict[str, int] = {}
-                for each in line:
-                    for res, amount in each.needs.items():
-                        needs[res] = needs.get(res, 0) + amount
-                return Explanation(admitted=False, blockers=found, ahead=len(line), ahead_needs=needs)
+                return Explanation(admitted=False, blockers=found) if seconds is None else in_line(tx, found)
             return Explanation(admitted=True)
 
         return self.driver.run(work, rollback=True)

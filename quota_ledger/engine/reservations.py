@@ -58,8 +58,10 @@ class Reservations(Waits):
         Raises :class:`OverQuota` listing every limit that would be broken. With ``wait``
         (seconds, or a ``timedelta``) a request that does not fit waits for capacity instead:
         it joins its partition's line, ordered by ``priority`` (higher first), then arrival,
-        and is granted as soon as it fits, its ttl counted from the grant. The call blocks
-        until then and returns the reservation (``pending``), or raises :class:`WaitTimeout`
+        and is granted as soon as it fits, its ttl counted from the grant (while requests wait
+        in the partition, it joins behind them undecided, and a pass grants it in order). The
+        call blocks until then and returns the reservation (``pending``), or raises
+        :class:`WaitTimeout`
         (an :class:`OverQuota`) when ``wait`` runs out first, and the request leaves the line
         as ``expired``. With ``block=False`` it returns at once: granted, or ``waiting`` with
         its ``position`` (see :meth:`wait_for`; :meth:`rollback` cancels it). A waiting
@@ -90,12 +92,17 @@ class Reservations(Waits):
         if seconds is None:
             return self.decide(self._reservation(request))
         request = dataclasses.replace(request, priority=rank)
+        started = time.monotonic()
+        deadline = started + seconds if block else None
+        behind = self._join_behind(request, seconds)
+        if behind is not None:
+            return behind if behind.state is not ReservationState.WAITING else self._queued(behind, deadline)
         try:
             made = self.decide(self._reservation(request))
         except OverQuota as refused:
-            return self._wait_in_line(request, refused, seconds, block)
+            return self._wait_in_line(request, refused, seconds, block, started)
         if made.state is ReservationState.WAITING:  # its key made it, and it waits still
-            return self._await(made, [], time.monotonic() + seconds if block else None)
+            return self._await(made, [], deadline)
         return made
 
     def prepare_reserve(

@@ -121,31 +121,50 @@ class Waits(EngineBase):
                     granted.append(outcome)
         return granted
 
+    def _join_behind(self, request: ReserveRequest, wait: float) -> Reservation | None:
+        """``request`` in line behind the requests that wait in its partition already, undecided
+        (or what its key made already); None when none waits: it is decided at once."""
+        return self.driver.run(lambda tx: waiting.join_behind(tx, self.rules, request, wait))
+
+    def _queued(self, joined: Reservation, deadline: float | None) -> Reservation:
+        """A request that joined behind others: the granter's thread passes over its line now,
+        in order; with a ``deadline``, waited for as :meth:`_await` waits."""
+        self.granter.kick(joined.partition, "join")
+        if deadline is None:
+            return joined
+        return self._await(joined, [], deadline, try_now=False)
+
     def _wait_in_line(
-        self, request: ReserveRequest, refused: OverQuota, wait: float, block: bool
+        self, request: ReserveRequest, refused: OverQuota, wait: float, block: bool, started: float
     ) -> Reservation:
-        """``request`` was refused: put it in line for ``wait`` seconds; with ``block``, wait
-        for it to be granted (:class:`WaitTimeout` when the wait runs out first)."""
-        started = time.monotonic()
+        """``request`` was refused: put it in line for ``wait`` seconds from ``started``
+        (monotonic); with ``block``, wait for it to be granted (:class:`WaitTimeout` when the
+        wait runs out first)."""
         joined = self.driver.run(lambda tx: waiting.join(tx, self.rules, request, wait, refused.violations))
         if joined.state is not ReservationState.WAITING:
             return joined  # its key made it already
         self.granter.noted(joined.partition)  # what this engine frees next passes over its line
         return self._await(joined, refused.violations, started + wait if block else None)
 
-    def _await(self, current: Reservation, violations: Sequence[Any], deadline: float | None) -> Reservation:
-        """A waiting ``current``, tried once more now; with a ``deadline`` (monotonic), waited
-        for until then, when it leaves the line as expired and :class:`WaitTimeout` is raised."""
-        outcome = self.driver.run(lambda tx: waiting.grant(tx, self.rules, self.bounds, current.id))
-        if isinstance(outcome, waiting.Granted):
-            self.granter.stats.granted("join", outcome.waited)
-            return outcome.reservation
-        if isinstance(outcome, Reservation) and outcome.state is not ReservationState.WAITING:
-            return outcome
-        if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
-            violations = outcome.error.violations
+    def _await(
+        self, current: Reservation, violations: Sequence[Any], deadline: float | None, try_now: bool = True
+    ) -> Reservation:
+        """A waiting ``current``, tried once more now (unless not ``try_now``: a pass of the
+        granter tries it in order); with a ``deadline`` (monotonic), waited for until then, when
+        it leaves the line as expired and :class:`WaitTimeout` is raised."""
+        if try_now:
+            outcome = self.driver.run(lambda tx: waiting.grant(tx, self.rules, self.bounds, current.id))
+            if isinstance(outcome, waiting.Granted):
+                self.granter.stats.granted("join", outcome.waited)
+                return outcome.reservation
+            if isinstance(outcome, Reservation) and outcome.state is not ReservationState.WAITING:
+                return outcome
+            if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
+                violations = outcome.error.violations
+            if deadline is None:
+                return self._placed(current.id)
         if deadline is None:
-            return self._placed(current.id)
+            return current
         left, last = self.granter.wait(current.id, current.partition, max(0.0, deadline - time.monotonic()))
         violations = last or violations
         if left is not None and left.state is not ReservationState.EXPIRED:

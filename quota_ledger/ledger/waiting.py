@@ -45,7 +45,30 @@ def join(
 ) -> Reservation:
     """Put ``request`` in its partition's line until ``wait_seconds`` from now, waiting in the
     lines of the limits ``blocked`` names; the reservation its idempotency key made already, if
-    it made one (waiting, granted or resolved).
+    it made one (waiting, granted or resolved)."""
+    joined = _join(tx, rules, request, wait_seconds, blocked, behind=False)
+    assert joined is not None  # (only a join behind others returns None)
+    return joined
+
+
+def join_behind(
+    tx: LedgerTx, rules: CompiledRules, request: ReserveRequest, wait_seconds: float
+) -> Reservation | None:
+    """:func:`join`, only if requests wait in the partition's line already (None when none
+    does: the request is decided at once). It joins behind them undecided, and a pass grants it
+    in order, so that it cannot take capacity that a request ahead of it fits in."""
+    return _join(tx, rules, request, wait_seconds, [], behind=True)
+
+
+def _join(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    request: ReserveRequest,
+    wait_seconds: float,
+    blocked: Sequence[Violation],
+    behind: bool,
+) -> Reservation | None:
+    """See :func:`join` and :func:`join_behind`.
 
     In a partition with a ``StrictFIFO`` queue the request joins under the partition's exclusive
     lock: every reserve that decides after it sees it in line, and none that decided before it
@@ -61,6 +84,8 @@ def join(
     # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
     # joins after the last one that joined, by a microsecond at least.
     last = tx.last_queued(request.partition)
+    if behind and last is None:
+        return None
     arrived = made.created_at if last is None else max(made.created_at, last + timedelta(microseconds=1))
     waiting = dataclasses.replace(
         made, state=WAITING, created_at=arrived, expires_at=arrived + timedelta(seconds=wait_seconds)

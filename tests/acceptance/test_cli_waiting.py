@@ -44,7 +44,7 @@ def test_reserve_waits_in_line_and_the_line_is_listed(tmp_path: Path) -> None:
     would = cli("reserve", "root.dev", "vcore=2", "--dry-run", "--wait", "1m", "--priority", "5", db=db)
     assert would.returncode == 3
     assert would.stdout.splitlines()[0] == (
-        "would wait in line: 1 limit stops it; 1 request ahead of it, needing vcore=2"
+        "would wait in line: it joins behind the requests that wait; 1 request ahead of it, needing vcore=2"
     )
     as_json = json.loads(ok(cli("waiting", "--json", db=db)))
     assert [(w["id"], w["position"]) for w in as_json] == [(waiting.id, 1)]

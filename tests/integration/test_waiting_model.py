@@ -96,6 +96,7 @@ def test_the_line_agrees_with_the_model(
     # The test passes over the line itself after each step, so that the model knows when; the
     # engine's own thread would pass over it at a moment of its choosing.
     monkeypatch.setattr(engine.granter, "freed", lambda *_a, **_k: None)
+    monkeypatch.setattr(engine.granter, "kick", lambda *_a, **_k: None)
 
     class Machine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -142,8 +143,17 @@ def test_the_line_agrees_with_the_model(
         )
         def reserve(self, queue: str, amount: int, priority: int, wait: bool) -> None:
             priority = priority if wait else 0
-            refused = self.model.decide(queue, amount, priority, None)
             arguments = {"partition": self.partition, "block": False, "priority": priority}
+            if wait and self.model.line():
+                # Requests wait already: it joins behind them undecided; a pass grants in order.
+                made = engine.reserve(queue, {"vcore": amount}, wait=60, **arguments)
+                assert made.state is ReservationState.WAITING
+                self.model.requests[made.id] = Request(
+                    made.id, queue, amount, priority, next(self.model.seq), "waiting"
+                )
+                self.passed()
+                return
+            refused = self.model.decide(queue, amount, priority, None)
             if refused and not wait:
                 with pytest.raises(OverQuota) as error:
                     engine.reserve(queue, {"vcore": amount}, **arguments)
