@@ -126,13 +126,16 @@ class Waits(EngineBase):
         (or what its key made already); None when none waits: it is decided at once."""
         return self.driver.run(lambda tx: waiting.join_behind(tx, self.rules, request, wait))
 
-    def _queued(self, joined: Reservation, deadline: float | None) -> Reservation:
+    def _queued(
+        self, joined: Reservation, deadline: float | None, violations: Sequence[Any] = ()
+    ) -> Reservation:
         """A request that joined behind others: the granter's thread passes over its line now,
-        in order; with a ``deadline``, waited for as :meth:`_await` waits."""
+        in order; with a ``deadline``, waited for as :meth:`_await` waits (``violations``: what
+        stopped it, if it was tried)."""
         self.granter.kick(joined.partition, "join")
         if deadline is None:
             return joined
-        return self._await(joined, [], deadline, try_now=False)
+        return self._await(joined, violations, deadline, try_now=False)
 
     def _wait_in_line(
         self, request: ReserveRequest, refused: OverQuota, wait: float, block: bool, started: float
@@ -144,7 +147,11 @@ class Waits(EngineBase):
         if joined.state is not ReservationState.WAITING:
             return joined  # its key made it already
         self.granter.noted(joined.partition)  # what this engine frees next passes over its line
-        return self._await(joined, refused.violations, started + wait if block else None)
+        deadline = started + wait if block else None
+        if joined.position is not None and joined.position > 1:
+            # Others joined meanwhile, ahead of it: trying it alone now could pass them.
+            return self._queued(joined, deadline, refused.violations)
+        return self._await(joined, refused.violations, deadline)
 
     def _await(
         self, current: Reservation, violations: Sequence[Any], deadline: float | None, try_now: bool = True
