@@ -77,10 +77,14 @@ class Model:
         return {s for s in self.scopes(queue) if self.used(s) + amount > self.limits[s]}
 
     def grant_pass(self) -> None:
+        refused_here: list[Request] = []
         for request in self.line():
+            if any(r.queue == request.queue and request.amount >= r.amount for r in refused_here):
+                continue  # as the engine does: no less than one refused in this pass, not tried
             refused = self.decide(request.queue, request.amount, request.priority, request)
             if refused:
                 request.blocked = refused
+                refused_here.append(request)
             else:
                 request.state = "pending"
 
