@@ -61,11 +61,10 @@ class Reservations(Waits):
         and is granted as soon as it fits, its ttl counted from the grant (while requests wait
         in the partition, it joins behind them undecided, and a pass grants it in order). The
         call blocks until then and returns the reservation (``pending``), or raises
-        :class:`WaitTimeout`
-        (an :class:`OverQuota`) when ``wait`` runs out first, and the request leaves the line
-        as ``expired``. With ``block=False`` it returns at once: granted, or ``waiting`` with
-        its ``position`` (see :meth:`wait_for`; :meth:`rollback` cancels it). A waiting
-        request holds nothing. With ``key``, a
+        :class:`WaitTimeout` (an :class:`OverQuota`) when ``wait`` runs out first, and the
+        request leaves the line as ``expired``. With ``block=False`` it returns at once:
+        granted, or ``waiting`` with its ``position`` (see :meth:`wait_for`; :meth:`rollback`
+        cancels it). A waiting request holds nothing. With ``key``, a
         repeated call returns the original reservation (in whatever state it is now). A
         resource no limit of the partition names, or a queue outside every configured one, is
         named in the reservation's ``warnings``; a partition with ``unknownnames: refuse``

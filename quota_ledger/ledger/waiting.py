@@ -76,10 +76,10 @@ def _join(
     found = reserve.made_before(tx, request)
     if found is not None:
         return found
-    if rules.partition(tx, request.partition).has_strict_lines:
-        now = tx.lock_partition(request.partition, exclusive=True)
-    else:
-        now = tx.db_now()
+    strict = rules.partition(tx, request.partition).has_strict_lines
+    if behind and strict and tx.last_queued(request.partition) is None:
+        return None  # nobody waits: decided at once, without the partition's exclusive lock
+    now = tx.lock_partition(request.partition, exclusive=True) if strict else tx.db_now()
     made = request.pending(now)
     # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
     # joins after the last one that joined, by a microsecond at least.
