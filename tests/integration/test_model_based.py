@@ -434,9 +434,24 @@ class LedgerMachine(RuleBasedStateMachine):
         where_in_use=mostly_true,
         pick=picks,
         too_much=mostly_false,
-        data=st.data(),
+        count=st.integers(1, len(RESOURCES)),
+        order=st.permutations(range(len(RESOURCES))),
+        shares=st.lists(picks, min_size=len(RESOURCES), max_size=len(RESOURCES)),
+        name_zero=st.booleans(),
     )
-    def release(self, queue: str, where_in_use: bool, pick: int, too_much: bool, data: st.DataObject) -> None:
+    def release(
+        self,
+        queue: str,
+        where_in_use: bool,
+        pick: int,
+        too_much: bool,
+        count: int,
+        order: list[int],
+        shares: list[int],
+        name_zero: bool,
+    ) -> None:
+        # every choice is drawn before the state is read, so that a replay draws the same values
+        # whichever serial order an earlier concurrent rule took
         busy = sorted({q for (q, _), v in self.model.in_use.items() if v})
         if where_in_use and busy:
             queue = busy[pick % len(busy)]
@@ -444,18 +459,17 @@ class LedgerMachine(RuleBasedStateMachine):
         amounts: dict[str, int] = {}
         if too_much or not held:
             # at least one resource more than is in use (possibly none at all)
-            names = data.draw(st.lists(st.sampled_from(RESOURCES), min_size=1, max_size=3, unique=True))
-            for res in names:
+            names = [RESOURCES[i] for i in order[:count]]
+            for res, share in zip(names, shares, strict=False):
                 have = self.model.in_use.get((queue, res), 0)
-                amounts[res] = data.draw(st.integers(0, have + 3), label=f"release {res}")
+                amounts[res] = share % (have + 4)
             first = names[0]
             amounts[first] = max(amounts[first], self.model.in_use.get((queue, first), 0) + 1)
         else:
-            names = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=len(held), unique=True))
-            for res in names:
-                have = self.model.in_use[(queue, res)]
-                amounts[res] = data.draw(st.integers(1, have), label=f"release {res}")
-            if data.draw(st.booleans(), label="name a resource with 0"):
+            names = [held[i] for i in order if i < len(held)][:count]
+            for res, share in zip(names, shares, strict=False):
+                amounts[res] = 1 + share % self.model.in_use[(queue, res)]
+            if name_zero:
                 amounts.setdefault("fpga", 0)
         shortfalls = {
             res: (self.model.in_use.get((queue, res), 0), amount)
