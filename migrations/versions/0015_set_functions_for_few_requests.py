@@ -31,8 +31,8 @@ depends_on = None
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for name in ("reserve_many", "commit_many"):
-        op.execute(sql.definition(name))
+    for name in ("reserve_many_v2", "commit_many_v2"):  # 0018 replaced them
+        op.execute(sql.frozen(name))
 
 
 def downgrade() -> None:

@@ -323,8 +323,10 @@ quota_applications = Table(
     UniqueConstraint("partition", "app_key"),
     CheckConstraint("state IN ('running', 'finished')", name="state_known"),
     CheckConstraint("pending >= 0", name="pending_nonnegative"),
-    Index(None, "partition", "user_name"),
-    Index(None, "partition", "group_name"),
+    # Partial on PostgreSQL: a lookup by (partition, app_key) cannot take them for the unique
+    # key's, whatever the statistics when its generic plan was made.
+    Index(None, "partition", "user_name", postgresql_where=text("user_name IS NOT NULL")),
+    Index(None, "partition", "group_name", postgresql_where=text("group_name IS NOT NULL")),
     comment="Per-application usage: the source of user and group usage reports.",
 )
 

@@ -132,3 +132,86 @@ def test_the_expiry_function_finds_its_batch_by_the_pending_expiry_index(
         assert "ix_reservations_partition_state_expires_at" in text_plan, (mode, text_plan)
         assert "ix_reservations_partition_queue_state_expires_at" in text_plan, (mode, text_plan)
         assert "Seq Scan" not in text_plan, (mode, text_plan)
+
+
+def _full_scans(text_plan: str, index: str) -> list[str]:
+    """The scans of ``index`` in a plan without an index condition (a walk over the whole index)."""
+    lines = text_plan.splitlines()
+    return [
+        line
+        for line, after in zip(lines, [*lines[1:], ""], strict=True)
+        if f"using {index} on" in line and "Index Cond" not in after
+    ]
+
+
+def test_application_rows_are_found_by_key_before_any_statistics(postgres_url: URL) -> None:
+    """A generic plan is made once per connection and kept. While ``quota_applications`` has no
+    statistics (as in a new database), every index that starts with ``partition`` costs the same
+    for a lookup by ``(partition, app_key)``: the plan must still take the key's index."""
+    engine = create_engine(normalize_url(postgres_url))
+    with engine.connect() as conn:
+        reltuples = conn.execute(
+            text("SELECT reltuples FROM pg_class WHERE relname = 'quota_applications'")
+        ).scalar_one()
+        assert reltuples <= 0  # never analyzed, or analyzed empty
+        conn.execute(text("SET enable_seqscan = off"))
+        lookup = function_statement(
+            conn,
+            "quota_ledger_reserve_many",
+            r"SELECT array_agg\(DISTINCT p_app_keys\[n\]\).*?;",
+            {"p_partition": "text", "p_app_keys": "text[]", "v_inserted": "integer[]"},
+        )
+        plans = prepared_plans(conn, lookup, ["text", "text[]", "integer[]"], "'default', '{a}', '{1}'")
+        for mode, text_plan in plans.items():
+            assert "uq_quota_applications_partition_app_key" in text_plan, (mode, text_plan)
+            assert "_name on quota_applications" not in text_plan, (mode, text_plan)
+    engine.dispose()
+
+
+def test_a_commit_updates_application_rows_by_lookups_whatever_the_table_size(postgres_url: URL) -> None:
+    """Statistics taken while the table was small must not make the commit join its application
+    rows with the whole table: it finds each by its id and updates it at its address."""
+    engine = create_engine(normalize_url(postgres_url))
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO quota_applications (partition, app_key, application, user_name, queue, state,"
+                " pending, usage, area, submitted_at, changed_at)"
+                " SELECT 'default', 'app-' || g, 'app-' || g, 'u', 'root.a', 'running', 0, '{}', '{}',"
+                " now(), now() FROM generate_series(1, 200) AS g"
+            )
+        )
+        conn.execute(text("ANALYZE quota_applications"))
+        conn.execute(text("SET enable_seqscan = off"))
+        variables = {
+            "v_ns": "integer[]",
+            "v_parts": "text[]",
+            "v_keys": "text[]",
+            "i_ns": "integer[]",
+            "i_resources": "text[]",
+            "i_amounts": "bigint[]",
+            "v_now": "timestamp",
+        }
+        pattern = r"WITH mine AS \(.*?WHERE a\.ctid = c\.tid;"
+        update = function_statement(conn, "quota_ledger_commit_many", pattern, variables)
+        values = "'{1}', '{default}', '{app-1}', '{1}', '{fpga}', '{1}', '2000-01-01'"
+        plans = prepared_plans(conn, update, list(variables.values()), values)
+        for mode, text_plan in plans.items():
+            assert not _full_scans(text_plan, "pk_quota_applications"), (mode, text_plan)
+        # and a reserve charges them the same way
+        variables = {
+            "p_partition": "text",
+            "v_admitted": "integer[]",
+            "p_app_keys": "text[]",
+            "p_item_owners": "integer[]",
+            "p_item_resources": "text[]",
+            "p_item_amounts": "bigint[]",
+        }
+        pattern = r'UPDATE quota_applications a SET "usage" = d\.usage::text.*?;'
+        update = function_statement(conn, "quota_ledger_reserve_many", pattern, variables)
+        values = "'default', '{1}', '{app-1}', '{1}', '{fpga}', '{1}'"
+        plans = prepared_plans(conn, update, list(variables.values()), values)
+        for mode, text_plan in plans.items():
+            assert not _full_scans(text_plan, "pk_quota_applications"), (mode, text_plan)
+        conn.rollback()
+    engine.dispose()

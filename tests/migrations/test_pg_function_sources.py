@@ -241,17 +241,21 @@ def test_each_revision_keeps_its_reserve_function_up_and_down(empty_db: URL) -> 
 def test_each_revision_keeps_its_set_functions_up_and_down(empty_db: URL) -> None:
     names = {"quota_ledger_reserve_many": "reserve_many", "quota_ledger_commit_many": "commit_many"}
     for name in names.values():
-        assert body(sql.frozen(f"{name}_v1")) != body(sql.definition(name))
+        for version in ("v1", "v2"):
+            assert body(sql.frozen(f"{name}_{version}")) != body(sql.definition(name))
     engine = create_engine(normalize_url(empty_db))
+    # each revision's functions: 0012's (v1), 0015's (v2), 0018's (the package's)
+    steps = (("0012", "v1"), ("0017", "v2"), ("head", None), ("0017", "v2"), ("0014", "v1"), ("head", None))
     try:
-        for revision, frozen in (("0012", True), ("head", False), ("0014", True), ("head", False)):
-            if revision == "0014":
+        for revision, frozen in steps:
+            current = migrate.current(engine)
+            if revision != "head" and current is not None and current > revision:
                 migrate.downgrade(engine, revision)
             else:
                 migrate.upgrade(engine, revision)
             with engine.connect() as conn:
                 for function, name in names.items():
-                    expected = sql.frozen(f"{name}_v1") if frozen else sql.definition(name)
+                    expected = sql.frozen(f"{name}_{frozen}") if frozen else sql.definition(name)
                     assert installed_body(conn, function) == body(expected), revision
         # group commit decides on the head's functions
         with QuotaEngine.from_url(empty_db, batching=True) as ledger:
@@ -292,10 +296,11 @@ def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them
             for function, name in _RETIRED.items():
                 assert installed_body(conn, function) == body(sql.frozen(name)), function
         assert set(retired) <= set(at_0015)
-        migrate.upgrade(engine, "head")
+        migrate.upgrade(engine, "0016")
         with engine.connect() as conn:
             assert ledger_functions(conn) == [f for f in at_0015 if f not in _RETIRED]
             assert definitions(conn, list(kept)) == kept
+        migrate.upgrade(engine, "head")
         with QuotaEngine.from_url(empty_db) as ledger:
             ledger.set_limits("root", {"fpga": 10})
         migrate.downgrade(engine, "0015")
@@ -332,16 +337,18 @@ def test_0016_drops_the_single_request_functions_and_its_downgrade_installs_them
 _RELEASED = {
     # current
     "check_updated.sql": "1b2915cf8cffac5a",
-    "commit_many.sql": "43245f16234dabbf",
+    "commit_many.sql": "bc854aa5ea8340ab",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
     "lineage.sql": "f094c4eda18f5b12",
-    "reserve_many.sql": "9fa8bbcf448e8b02",
+    "reserve_many.sql": "fbc3da949854b21e",
     # frozen
     "commit_many_v1.sql": "82852b8da6d9eb78",
+    "commit_many_v2.sql": "43245f16234dabbf",  # commit_many.sql of 0015, replaced by 0018
     "commit_v1.sql": "74140e964323e54a",  # commit.sql of 0004, dropped by 0016
     "expire_v1.sql": "ceecbe63f8f1d930",
     "reserve_many_v1.sql": "174a3296b7e4f486",
+    "reserve_many_v2.sql": "9fa8bbcf448e8b02",  # reserve_many.sql of 0015, replaced by 0018
     "reserve_v1.sql": "36cb63393885e0c5",
     "reserve_v2.sql": "95b0f62d5927aa9e",
     "reserve_v3.sql": "c9a49cb0832ef62a",  # reserve.sql of 0013, dropped by 0016

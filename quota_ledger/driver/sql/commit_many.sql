@@ -227,12 +227,16 @@ BEGIN
                 SELECT a.id FROM quota_applications a
                 WHERE a."partition" = p.part AND a.app_key = p.app_key
                 LIMIT 1) AS a),
+        -- (each row looked up by its id, LIMIT 1 keeping it a lookup, and updated at its
+        -- address: never a join with the whole table, which a generic plan made while the
+        -- table was small would pick)
         apps AS (
-            SELECT a.id, a."usage"::jsonb AS "usage", a.area::jsonb AS area, a.changed_at,
+            SELECT a.tid, a.id, a."usage"::jsonb AS "usage", a.area::jsonb AS area, a.changed_at,
                    floor(EXTRACT(EPOCH FROM (v_now - a.changed_at)) * 1000000) AS micros, k.n
             FROM (SELECT m.app, count(*) AS n FROM mine m GROUP BY m.app) AS k
             CROSS JOIN LATERAL (
-                SELECT a.id, a."usage", a.area, a.changed_at FROM quota_applications a WHERE a.id = k.app) AS a),
+                SELECT a.ctid AS tid, a.id, a."usage", a.area, a.changed_at FROM quota_applications a
+                WHERE a.id = k.app LIMIT 1) AS a),
         slots AS (
             SELECT x.id, s.resource,
                    coalesce((x."usage" -> s.resource ->> 0)::bigint, 0) + s.amount AS in_use,
@@ -242,7 +246,7 @@ BEGIN
                   FROM mine m JOIN unnest(i_ns, i_resources, i_amounts) AS i(n, resource, amount) ON i.n = m.n
                   GROUP BY m.app, i.resource) AS s ON s.app = x.id),
         changed AS (
-            SELECT x.id, x.n,
+            SELECT x.tid, x.id, x.n,
                    CASE WHEN v_now > x.changed_at THEN v_now ELSE x.changed_at END AS changed_at,
                    CASE WHEN v_now > x.changed_at
                         THEN x.area || coalesce(
@@ -260,7 +264,7 @@ BEGIN
         UPDATE quota_applications a
         SET "usage" = c."usage"::text, area = c.area::text, changed_at = c.changed_at,
             started_at = coalesce(a.started_at, v_now), pending = greatest(0, a.pending - c.n)
-        FROM changed c WHERE a.id = c.id;
+        FROM changed c WHERE a.ctid = c.tid;
         UPDATE quota_identity_usages u SET in_use = u.in_use + d.amount, reserved = u.reserved - d.amount,
                                            updated_at = v_now
         FROM unnest(v_id_tids, v_id_deltas) AS d(tid, amount) WHERE u.ctid = d.tid;

@@ -262,11 +262,13 @@ BEGIN
         IF c_kind IS NOT NULL THEN
             -- those users' and groups' application rows first (a release of one is either in
             -- the values or waits), in app_key order, before any counter
+            -- (each list an array, not a subquery: then each is an index condition)
             PERFORM 1 FROM quota_applications a
             WHERE a."partition" = p_partition
-              AND (a.user_name = ANY (SELECT m.name FROM unnest(c_kind, c_name) AS m(kind, name) WHERE m.kind = 'user')
-                   OR a.group_name = ANY (SELECT m.name FROM unnest(c_kind, c_name) AS m(kind, name)
-                                          WHERE m.kind = 'group'))
+              AND (a.user_name = ANY (ARRAY(SELECT m.name FROM unnest(c_kind, c_name) AS m(kind, name)
+                                            WHERE m.kind = 'user'))
+                   OR a.group_name = ANY (ARRAY(SELECT m.name FROM unnest(c_kind, c_name) AS m(kind, name)
+                                                WHERE m.kind = 'group')))
             ORDER BY a.app_key FOR UPDATE;
             WITH made AS (
                 INSERT INTO quota_identity_usages ("partition", kind, name, queue, resource, in_use, reserved,
@@ -423,8 +425,9 @@ BEGIN
         DELETE FROM reservations r
         WHERE r.id = ANY (SELECT p_ids[n] FROM unnest(v_inserted) AS n WHERE NOT n = ANY (v_admitted));
     END IF;
-    IF cardinality(v_new_keys) > 0 THEN
-        -- the rows of applications no admitted request starts
+    IF cardinality(v_new_keys) > 0 AND cardinality(v_admitted) < cardinality(v_inserted) THEN
+        -- the rows of applications no admitted request starts (with every request admitted,
+        -- each new row has its first request among them)
         DELETE FROM quota_applications a
         WHERE a."partition" = p_partition AND a.app_key = ANY (v_new_keys)
           -- (only the admitted requests' keys: one without an application has none, and a
