@@ -1,7 +1,9 @@
 """PostgreSQL ``LISTEN``/``NOTIFY`` for the waiting lines: a request that leaves its line (granted,
-cancelled, expired) notifies channel :data:`CHANNEL` with its partition, in the transaction that
-made it leave, so the notice is sent when, and only when, that transaction commits. A
-:class:`Listener` holds one connection of its own that listens, for the engine's granter.
+cancelled, expired) notifies channel :data:`CHANNEL`, in the transaction that made it leave, so
+the notice is sent when, and only when, that transaction commits. The payload is the partition,
+then a TAB and the request's id when one request left (a grant, a cancel): a listener then reads
+that request's row only. A :class:`Listener` holds one connection of its own that listens, for
+the engine's granter.
 
 Elsewhere (MariaDB, SQLite) there are no notices: the granter polls."""
 
@@ -21,19 +23,26 @@ CHANNEL = "quota_ledger_line"
 _NOTIFY = text(f"SELECT pg_notify('{CHANNEL}', :p)")
 
 
-def notify(conn: Connection, partition: str) -> None:
-    """Notify the listeners that a request of ``partition`` left its line, at commit
-    (PostgreSQL; elsewhere nothing)."""
+def notify(conn: Connection, partition: str, reservation_id: str | None = None) -> None:
+    """Notify the listeners that a request of ``partition`` (``reservation_id``, when one) left
+    its line, at commit (PostgreSQL; elsewhere nothing)."""
     if conn.dialect.name == "postgresql":
-        conn.execute(_NOTIFY, {"p": partition})
+        payload = partition if reservation_id is None else f"{partition}\t{reservation_id}"
+        conn.execute(_NOTIFY, {"p": payload})
+
+
+def parse(payload: str) -> tuple[str, str | None]:
+    """(partition, id of the request that left, if the notice names one) of a notice's payload."""
+    partition, _, reservation_id = payload.partition("\t")
+    return partition, reservation_id or None
 
 
 class Listener:
     """A thread that listens on :data:`CHANNEL` on a connection of its own and calls ``heard``
-    with the partition of each notice; it reconnects after ``retry`` seconds when the
-    connection fails (a failover), and stops with :meth:`close`."""
+    with the partition and the request id (None if it names none) of each notice; it reconnects
+    after ``retry`` seconds when the connection fails (a failover), and stops with :meth:`close`."""
 
-    def __init__(self, engine: Engine, heard: Callable[[str], None], retry: float = 1.0) -> None:
+    def __init__(self, engine: Engine, heard: Callable[[str, str | None], None], retry: float = 1.0) -> None:
         self.engine = engine
         self.heard = heard
         self.retry = retry
@@ -65,7 +74,7 @@ class Listener:
         conn.execute(f"LISTEN {CHANNEL}")
         while not self._stop.is_set():
             for notice in conn.notifies(timeout=0.5, stop_after=64):
-                self.heard(notice.payload)
+                self.heard(*parse(notice.payload))
 
     def _drop(self) -> None:
         raw, self._raw = self._raw, None

@@ -289,10 +289,10 @@ class WaitingStatements:
         found = self.conn.execute(_LAST_QUEUED, {"p": partition}).scalar()
         return None if found is None else dialect.aware(found)
 
-    def notify_left(self, partition: str) -> None:
-        """A request of ``partition`` left its line in this transaction: PostgreSQL's listeners
-        hear of it at commit (elsewhere nothing)."""
-        line_notices.notify(self.conn, partition)
+    def notify_left(self, partition: str, reservation_id: str | None = None) -> None:
+        """A request of ``partition`` (``reservation_id``, when one) left its line in this
+        transaction: PostgreSQL's listeners hear of it at commit (elsewhere nothing)."""
+        line_notices.notify(self.conn, partition, reservation_id)
 
     def malformed_waits(self, partition: str) -> list[tuple[str, str]]:
         """(id, queue) of ``partition``'s waiting rows that no waiting request can be: without a

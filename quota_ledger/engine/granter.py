@@ -12,8 +12,10 @@ it. Without blocked callers and kicks the thread sleeps; it is started when firs
 
 On PostgreSQL a request that leaves its line notifies (``LISTEN``/``NOTIFY``, sent when the
 transaction that granted, cancelled or expired it commits): the granter listens on a connection
-of its own while it runs and reads its callers' rows again at once, so a grant made by another
-process wakes them without waiting for the next poll.
+of its own while it runs and reads again at once the row of the request the notice names (every
+caller's row, for a notice that names none), so a grant made by another process wakes its caller
+without waiting for the next poll. Each blocked caller waits on an event of its own: a grant
+wakes its callers only, not every blocked thread.
 
 Whether a partition has a line is read from the database (one index lookup) at most once per
 ``interval``, by the freeing call that finds the engine's knowledge stale: a partition without
@@ -97,11 +99,17 @@ class Granter:
         #: starts listening for notices of requests that left a line (PostgreSQL), if given
         self.listen = listen
         self._listener: Closable | None = None
-        #: partitions whose notices were heard since the last round
+        #: partitions of notices heard since the last round that named no request, and the
+        #: requests the others named
         self._heard: set[str] = set()
+        self._heard_ids: set[str] = set()
         self.lines = lines
         self.interval = interval
+        #: guards the state below; the granter's thread waits on it for work
         self._cond = threading.Condition()
+        #: what each blocked caller waits on: set when its request left its line (or on close),
+        #: so that a grant wakes its own callers only, not every blocked thread
+        self._events: dict[str, threading.Event] = {}
         #: blocked callers: reservation id -> partition
         self._blocked: dict[str, str] = {}
         #: how the requests of blocked callers left their line
@@ -155,21 +163,26 @@ class Granter:
         deadline = time.monotonic() + timeout
         with self._cond:
             self._waits[reservation_id] = self._waits.get(reservation_id, 0) + 1
+            event = self._events.setdefault(reservation_id, threading.Event())
             self._blocked[reservation_id] = partition
             self._kicked.setdefault(partition, "poll")
             self._start()
             self._cond.notify_all()
-            try:
-                while reservation_id not in self._left:
+        try:
+            while True:
+                with self._cond:
+                    if reservation_id in self._left:
+                        return self._left[reservation_id], self._refusals.get(reservation_id)
                     left = deadline - time.monotonic()
                     if left <= 0 or self._closed:
                         return None, self._refusals.get(reservation_id)
-                    self._cond.wait(left)
-                return self._left[reservation_id], self._refusals.get(reservation_id)
-            finally:
+                event.wait(left)
+        finally:
+            with self._cond:
                 self._waits[reservation_id] -= 1
                 if not self._waits[reservation_id]:
                     del self._waits[reservation_id]
+                    del self._events[reservation_id]
                     self._left.pop(reservation_id, None)
                     self._refusals.pop(reservation_id, None)
                     if reservation_id not in self._watchers:
@@ -210,17 +223,25 @@ class Granter:
     def closed(self) -> bool:
         return self._closed
 
-    def heard(self, partition: str) -> None:
-        """A request of ``partition`` left its line (a notice from another process): read the
-        rows of the callers blocked here again."""
+    def heard(self, partition: str, reservation_id: str | None = None) -> None:
+        """A request of ``partition`` left its line (a notice, from any process): read again
+        the row of ``reservation_id`` if a caller here waits for it, or, when the notice names
+        no request, the rows of every caller blocked here."""
         with self._cond:
-            self._heard.add(partition)
+            if reservation_id is None:
+                self._heard.add(partition)
+            elif reservation_id in self._blocked:
+                self._heard_ids.add(reservation_id)
+            else:
+                return
             self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            for event in self._events.values():
+                event.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._listener is not None:
@@ -237,7 +258,7 @@ class Granter:
         polled = time.monotonic()
         while True:
             with self._cond:
-                if not self._kicked and not self._heard and not self._closed:
+                if not self._kicked and not self._heard and not self._heard_ids and not self._closed:
                     due = polled + self.interval - time.monotonic()
                     self._cond.wait(max(0.0, due) if self._blocked else None)
                 closing = self._closed
@@ -246,6 +267,8 @@ class Granter:
                 self._kicked.clear()
                 heard = bool(self._heard)
                 self._heard.clear()
+                heard_ids = set(self._heard_ids)
+                self._heard_ids.clear()
                 if not closing and self._blocked and time.monotonic() - polled >= self.interval:
                     polled = time.monotonic()
                     for name in set(self._blocked.values()):
@@ -253,6 +276,8 @@ class Granter:
             try:
                 if partitions or heard:
                     self._round(partitions)
+                elif heard_ids:
+                    self._round({}, heard_ids)
             except Exception:  # the thread must outlive any one round; the next round retries
                 log.exception("a pass over the waiting lines failed")
                 if not closing:
@@ -260,7 +285,9 @@ class Granter:
             if closing:
                 return
 
-    def _round(self, partitions: dict[str, str]) -> None:
+    def _round(self, partitions: dict[str, str], only: set[str] | None = None) -> None:
+        """Pass over the lines of ``partitions``, then read the rows of the callers blocked here
+        (``only`` those of them, if given) and wake those whose request left its line."""
         refusals: dict[str, list[Violation]] = {}
         for partition, reason in sorted(partitions.items()):
             try:
@@ -272,7 +299,7 @@ class Granter:
                 if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
                     refusals[rid] = outcome.error.violations
         with self._cond:
-            blocked = list(self._blocked)
+            blocked = [rid for rid in self._blocked if only is None or rid in only]
             self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
         if not blocked:
             return
@@ -286,6 +313,7 @@ class Granter:
                 if reservation.state is not ReservationState.WAITING and rid in self._blocked:
                     if rid in self._waits:
                         self._left[rid] = reservation
+                        self._events[rid].set()
                     calls.extend((call, reservation) for call in self._watchers.pop(rid, []))
                     if rid not in self._waits:
                         self._blocked.pop(rid, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -207,10 +207,11 @@ class Waits(EngineBase):
     def _pass(self, partition: str, reason: str = "pass") -> dict[str, Reservation | Refused | None]:
         """One pass over ``partition``'s line: each request tried in order, in a transaction
         of its own; its grants counted under ``reason`` (what freed the capacity)."""
-        line = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
         outcomes: dict[str, Reservation | Refused | None] = {}
         refused: list[Waiting] = []
-        for each in line:
+        for each in self._line(partition):
+            if each.id in outcomes:
+                continue  # tried in this pass already (the line was read again)
             if any(waiting.no_smaller(each, other) for other in refused):
                 continue  # it asks for no less than one refused in this pass, as the same caller
             rid = each.id
@@ -228,6 +229,15 @@ class Waits(EngineBase):
                 outcome = outcome.reservation
             outcomes[rid] = outcome
         return outcomes
+
+    def _line(self, partition: str) -> Iterator[Waiting]:
+        """``partition``'s line in grant order, for a pass: its first :data:`waiting.PASS_FIRST`
+        requests, then, if the pass gets through them all, its first
+        :data:`waiting.PASS_LIMIT`, read again (a pass that stops early reads few rows)."""
+        first = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_FIRST))
+        yield from first
+        if len(first) == waiting.PASS_FIRST:
+            yield from self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
 
     def _lines(self, partition: str | None) -> list[str]:
         """The partitions with a line: ``partition``, if it has one; None: of every partition."""

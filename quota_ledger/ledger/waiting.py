@@ -32,8 +32,9 @@ from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation, ReservationState, Violation
 
 WAITING = ReservationState.WAITING
-#: how many requests of a line one pass tries at most
+#: how many requests of a line one pass tries at most, and how many it reads first
 PASS_LIMIT = 1000
+PASS_FIRST = 16
 
 
 def join(
@@ -160,7 +161,7 @@ def grant(
             tx.set_blocked(current.id, refused.violations)
         return Refused(refused)
     undo.release()
-    tx.notify_left(current.partition)
+    tx.notify_left(current.partition, current.id)
     waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
     return Granted(made, max(0.0, waited))
 
@@ -188,7 +189,7 @@ def cancel(tx: LedgerTx, current: Reservation, now: datetime) -> Reservation:
 def leave(tx: LedgerTx, current: Reservation, state: ReservationState, now: datetime) -> Reservation:
     """A waiting request this transaction holds leaves the line, as ``state``."""
     tx.leave_line([current.id], state.value, now)
-    tx.notify_left(current.partition)
+    tx.notify_left(current.partition, current.id)
     return dataclasses.replace(current, state=state, resolved_at=now.replace(tzinfo=UTC))
 
 

@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 from ledger_dump import dump
 from sqlalchemy import URL, select
@@ -19,7 +20,9 @@ from quota_ledger import (
     ReservationStateError,
     WaitTimeout,
 )
+from quota_ledger.driver import line_notices
 from quota_ledger.driver.schema import reservation_items, reservations
+from quota_ledger.ledger import waiting
 
 WAITING = ReservationState.WAITING
 PENDING = ReservationState.PENDING
@@ -411,3 +414,35 @@ def test_a_request_that_joins_after_a_freeing_call_is_passed_over_by_the_next(pa
         while engine.get(waiting.id).state is WAITING and time.monotonic() < deadline:
             time.sleep(0.05)
         assert engine.get(waiting.id).state is PENDING
+
+
+def test_a_pass_grants_every_request_that_fits_in_a_line_longer_than_it_reads_first(
+    ledger: QuotaEngine,
+) -> None:
+    """A pass reads the first requests of a line, then the rest when it gets through them: the
+    sweep's one pass grants them all (no blocked caller here polls, nothing else kicks)."""
+    ledger.reserve("root.team.a", {"vcore": "10"}, ttl=0.2)
+    count = waiting.PASS_FIRST + 4
+    line = [ledger.reserve("root.team.b", {"vcore": "500m"}, wait=60, block=False) for _ in range(count)]
+    assert all(r.state is WAITING for r in line)
+    time.sleep(0.5)
+    ledger.expire()
+    assert [ledger.get(r.id).state for r in line] == [PENDING] * count
+    assert reserved(ledger) == 10_000
+    assert ledger.audit() == []
+
+
+def test_on_postgresql_a_notice_names_the_request_that_left_its_line(postgres_url: URL) -> None:
+    with (
+        QuotaEngine.from_url(postgres_url) as ledger,
+        psycopg.connect(
+            postgres_url.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True
+        ) as listener,
+    ):
+        ledger.apply_config(CONFIG)
+        ledger.reserve("root.team.a", {"vcore": "10"})
+        listener.execute(f"LISTEN {line_notices.CHANNEL}")
+        queued = ledger.reserve("root.team.b", {"vcore": "4"}, wait=60, block=False)
+        ledger.rollback(queued.id)
+        payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert payloads == [f"default\t{queued.id}"]
