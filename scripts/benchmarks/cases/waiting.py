@@ -103,14 +103,35 @@ def grant_latency(db_url: URL) -> dict[str, float]:
 
 
 class _Statements:
-    """Counts the statements an engine sends."""
+    """Counts the statements an engine sends to the database: every statement run on a cursor
+    of its connections (``SAVEPOINT`` and the like included), whether SQLAlchemy runs it or the
+    driver runs it on the psycopg connection (the ledger's function calls); an executemany
+    counts each of its parameter sets. ``BEGIN`` and ``COMMIT`` are not counted."""
 
     def __init__(self, engine: QuotaEngine) -> None:
         self.count = 0
-        event.listen(engine.driver.engine, "before_cursor_execute", self._one)
+        self._lock = threading.Lock()
+        event.listen(engine.driver.engine, "connect", self._connected)
 
-    def _one(self, *_: Any) -> None:
-        self.count += 1
+    def _connected(self, dbapi_connection: Any, _record: Any) -> None:
+        counted = self
+        base = dbapi_connection.cursor_factory
+
+        class CountingCursor(base):  # type: ignore[misc, valid-type]
+            def execute(self, *args: Any, **kwargs: Any) -> Any:
+                counted.add(1)
+                return super().execute(*args, **kwargs)
+
+            def executemany(self, query: Any, params_seq: Any, *args: Any, **kwargs: Any) -> Any:
+                params_seq = list(params_seq)
+                counted.add(len(params_seq))
+                return super().executemany(query, params_seq, *args, **kwargs)
+
+        dbapi_connection.cursor_factory = CountingCursor
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
 
 
 def hot_queue(db_url: URL, waiting: bool, seconds: float, warmup: float) -> dict[str, float]:
