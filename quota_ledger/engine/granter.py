@@ -99,9 +99,9 @@ class Granter:
         #: starts listening for notices of requests that left a line (PostgreSQL), if given
         self.listen = listen
         self._listener: Closable | None = None
-        #: partitions of notices heard since the last round that named no request, and the
-        #: requests the others named
-        self._heard: set[str] = set()
+        #: since the last round: whether a notice named no request (every blocked caller's row
+        #: is read again), and the requests the others named
+        self._heard_all = False
         self._heard_ids: set[str] = set()
         self.lines = lines
         self.interval = interval
@@ -229,7 +229,7 @@ class Granter:
         no request, the rows of every caller blocked here."""
         with self._cond:
             if reservation_id is None:
-                self._heard.add(partition)
+                self._heard_all = True
             elif reservation_id in self._blocked:
                 self._heard_ids.add(reservation_id)
             else:
@@ -258,17 +258,15 @@ class Granter:
         polled = time.monotonic()
         while True:
             with self._cond:
-                if not self._kicked and not self._heard and not self._heard_ids and not self._closed:
+                if not self._kicked and not self._heard_all and not self._heard_ids and not self._closed:
                     due = polled + self.interval - time.monotonic()
                     self._cond.wait(max(0.0, due) if self._blocked else None)
                 closing = self._closed
                 # Closing, the lines kicked are still passed over (what this engine freed last).
                 partitions = dict(self._kicked)
                 self._kicked.clear()
-                heard = bool(self._heard)
-                self._heard.clear()
-                heard_ids = set(self._heard_ids)
-                self._heard_ids.clear()
+                heard, self._heard_all = self._heard_all, False
+                heard_ids, self._heard_ids = self._heard_ids, set()
                 if not closing and self._blocked and time.monotonic() - polled >= self.interval:
                     polled = time.monotonic()
                     for name in set(self._blocked.values()):

@@ -210,8 +210,6 @@ class Waits(EngineBase):
         outcomes: dict[str, Reservation | Refused | None] = {}
         refused: list[Waiting] = []
         for each in self._line(partition):
-            if each.id in outcomes:
-                continue  # tried in this pass already (the line was read again)
             if any(waiting.no_smaller(each, other) for other in refused):
                 continue  # it asks for no less than one refused in this pass, as the same caller
             rid = each.id
@@ -231,13 +229,15 @@ class Waits(EngineBase):
         return outcomes
 
     def _line(self, partition: str) -> Iterator[Waiting]:
-        """``partition``'s line in grant order, for a pass: its first :data:`waiting.PASS_FIRST`
-        requests, then, if the pass gets through them all, its first
-        :data:`waiting.PASS_LIMIT`, read again (a pass that stops early reads few rows)."""
+        """``partition``'s line in grant order, for a pass, each request once: its first
+        :data:`waiting.PASS_FIRST` requests, then, if the pass gets through them all, the others
+        of its first :data:`waiting.PASS_LIMIT` (a pass that stops early reads few rows)."""
         first = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_FIRST))
         yield from first
         if len(first) == waiting.PASS_FIRST:
-            yield from self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
+            seen = {each.id for each in first}
+            rest = self.driver.run(lambda tx: tx.line_rows(partition, waiting.PASS_LIMIT))
+            yield from (each for each in rest if each.id not in seen)
 
     def _lines(self, partition: str | None) -> list[str]:
         """The partitions with a line: ``partition``, if it has one; None: of every partition."""
