@@ -40,12 +40,18 @@ def parse(payload: str) -> tuple[str, str | None]:
 class Listener:
     """A thread that listens on :data:`CHANNEL` on a connection of its own and calls ``heard``
     with the partition and the request id (None if it names none) of each notice; it reconnects
-    after ``retry`` seconds when the connection fails (a failover), and stops with :meth:`close`."""
+    after ``retry`` seconds when the connection fails (a failover), and stops with :meth:`close`.
+    :attr:`live` says whether it listens now; each time it starts listening (again) it calls
+    ``heard`` with no partition: notices sent before then were not heard."""
 
-    def __init__(self, engine: Engine, heard: Callable[[str, str | None], None], retry: float = 1.0) -> None:
+    def __init__(
+        self, engine: Engine, heard: Callable[[str | None, str | None], None], retry: float = 1.0
+    ) -> None:
         self.engine = engine
         self.heard = heard
         self.retry = retry
+        #: whether the connection listens now
+        self.live = False
         self._stop = threading.Event()
         self._raw: Any = None
         self._thread = threading.Thread(target=self._run, name="quota-ledger-line-listener", daemon=True)
@@ -65,6 +71,7 @@ class Listener:
                 )
                 self._stop.wait(self.retry)
             finally:
+                self.live = False
                 self._drop()
 
     def _listen(self) -> None:
@@ -72,6 +79,8 @@ class Listener:
         conn: Any = raw.driver_connection
         conn.autocommit = True
         conn.execute(f"LISTEN {CHANNEL}")
+        self.live = True
+        self.heard(None, None)
         while not self._stop.is_set():
             for notice in conn.notifies(timeout=0.5, stop_after=64):
                 self.heard(*parse(notice.payload))

@@ -38,7 +38,7 @@ _HEADER = (
 )
 _ITEM = (_I.resource, _I.amount, _I.committed)
 _JOINED = reservations.outerjoin(reservation_items, _I.reservation_id == _R.id)
-_PG_HEADER = (
+PG_HEADER = (
     'r.id, r."partition", r."key", r.request_hash, r.state, r.queue, r.user_name, r."groups",'
     " r.application, r.priority_class, r.created_at, r.expires_at, r.resolved_at, r.kube, r.released_at,"
     " r.priority, i.resource, i.amount, i.committed"
@@ -50,7 +50,7 @@ _FIND_BY_KEY = (
     .where(_R.partition == bindparam("p"), _R.key == bindparam("key"))
 )
 PG_FIND_BY_KEY = (
-    f"SELECT {_PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
+    f"SELECT {PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
     ' WHERE r."partition" = %(p)s AND r."key" = %(key)s'
 )
 # find_reservation: no lock.
@@ -72,7 +72,7 @@ PG_LOCK_BY_ID = (
     "SELECT TIMEZONE('UTC', clock_timestamp()) AS db_now FROM reservations WHERE id = %(id)s FOR UPDATE"
 )
 PG_READ_BY_ID = (
-    f"SELECT {_PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
+    f"SELECT {PG_HEADER} FROM reservations r LEFT JOIN reservation_items i ON i.reservation_id = r.id"  # noqa: S608 - constants only
     " WHERE r.id = %(id)s"
 )
 # lock_expired: locks up to :n expired pending reservations, skipping rows others hold (step 3).
@@ -90,7 +90,7 @@ PG_LOCK_EXPIRED = (
     "WITH locked AS (SELECT id FROM reservations"  # noqa: S608 - constants only
     " WHERE \"partition\" = %(p)s AND state = 'pending' AND expires_at <= %(now)s"
     " ORDER BY expires_at LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
-    f" SELECT {_PG_HEADER} FROM locked JOIN reservations r ON r.id = locked.id"
+    f" SELECT {PG_HEADER} FROM locked JOIN reservations r ON r.id = locked.id"
     " LEFT JOIN reservation_items i ON i.reservation_id = r.id"
 )
 # MariaDB keeps its locks on index entries it skipped through the secondary index, which lets
@@ -210,11 +210,11 @@ class ReservationStatements:
     def find_reservation_by_key(self, partition: str, key: str) -> StoredReservation | None:
         params = {"p": partition, "key": key}
         if self.pg is not None:
-            return _one(self.pg.all(PG_FIND_BY_KEY, params))
-        return _one(self.conn.execute(_FIND_BY_KEY, params).all())
+            return one_stored(self.pg.all(PG_FIND_BY_KEY, params))
+        return one_stored(self.conn.execute(_FIND_BY_KEY, params).all())
 
     def find_reservation(self, reservation_id: str) -> StoredReservation | None:
-        return _one(self.conn.execute(_FIND_BY_ID, {"id": reservation_id}).all())
+        return one_stored(self.conn.execute(_FIND_BY_ID, {"id": reservation_id}).all())
 
     def find_reservations(self, ids: Sequence[str]) -> list[StoredReservation]:
         """The reservations of ``ids`` that exist, in no order, in one statement; no lock."""
@@ -226,10 +226,10 @@ class ReservationStatements:
         if self.pg is not None:
             # one round trip; the read runs after the lock, with a snapshot of its own
             lock, rows = self.pg.pipelined([Call(PG_LOCK_BY_ID, params), Call(PG_READ_BY_ID, params)])
-            stored = _one(rows)
+            stored = one_stored(rows)
             return None if stored is None or not lock else (stored, lock[0].db_now)
         found = self.conn.execute(_LOCK_BY_ID, params).all()
-        stored = _one(found)
+        stored = one_stored(found)
         return None if stored is None else (stored, found[0].db_now)
 
     def lock_expired(self, partition: str, limit: int, now: datetime) -> list[StoredReservation]:
@@ -386,7 +386,7 @@ def _many(rows: Sequence[Any]) -> list[StoredReservation]:
     return [_build(group) for group in grouped.values()]
 
 
-def _one(rows: Sequence[Any]) -> StoredReservation | None:
+def one_stored(rows: Sequence[Any]) -> StoredReservation | None:
     return _build(list(rows)) if rows else None
 
 

@@ -89,6 +89,8 @@ class LedgerTx(
         self.pg = PgCursor(conn) if backend == "postgresql" else None
         #: inside writes_together: the writes to run as one when the block ends
         self.deferred: list[inline.Statement] | None = None
+        #: what this transaction added to each counter so far: (in use, reserved)
+        self.charged: dict[charges.CounterKey, tuple[int, int]] = {}
 
     def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
         """Take the partition lock (shared or exclusive) and return the database clock."""
@@ -144,6 +146,14 @@ class LedgerTx(
         usages, identity = charges.split(deltas)
         self.apply_counter_deltas(usages, now)
         self.apply_identity_deltas(identity, now)
+        for counter, (in_use, reserved) in deltas.items():
+            was = self.charged.get(counter, (0, 0))
+            self.charged[counter] = (was[0] + in_use, was[1] + reserved)
+
+    def freed(self) -> bool:
+        """Whether this transaction left a counter with less in use plus reserved than it found
+        (capacity a waiting request may now fit in)."""
+        return any(in_use + reserved < 0 for in_use, reserved in self.charged.values())
 
     def db_now(self) -> datetime:
         """The database clock."""

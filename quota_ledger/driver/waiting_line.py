@@ -16,10 +16,11 @@ from sqlalchemy import Connection, Integer, String, and_, bindparam, func, liter
 from sqlalchemy import insert as sa_insert
 
 from quota_ledger.driver import dialect, line_notices
-from quota_ledger.driver.reservations import header_row, read_many
+from quota_ledger.driver.pg_cursor import PgCursor
+from quota_ledger.driver.reservations import PG_HEADER, header_row, one_stored, read_many
 from quota_ledger.driver.schema import reservation_items, reservations
 from quota_ledger.model import line as lines
-from quota_ledger.model.values import Reservation, Violation
+from quota_ledger.model.values import Reservation, StoredReservation, Violation
 
 _R = reservations.c
 _I = reservation_items.c
@@ -132,6 +133,23 @@ _LEAVE = (
 )
 
 
+# bound_lock_waits: this transaction's lock waits end after :ms (a transaction-local setting,
+# as SET LOCAL); PostgreSQL; no lock.
+_PG_BOUND_LOCKS = "SELECT set_config('lock_timeout', %(ms)s, true)"
+# lock_line_head: locks the first row of a partition's line (step 3), unless another
+# transaction holds it (then nothing: that one decides it) or it left the line meanwhile, and
+# reads it with its items and the clock. Its items never change while it waits, so the
+# statement's snapshot reads them right. PostgreSQL.
+_PG_LOCK_HEAD = (
+    f"SELECT {PG_HEADER}, r.queued_at, r.ttl_ms, r.blocked_by,"  # noqa: S608 - constants only
+    " TIMEZONE('UTC', clock_timestamp()) AS db_now"
+    " FROM (SELECT id FROM reservations WHERE state = 'waiting' AND id = ("
+    "SELECT id FROM reservations WHERE \"partition\" = %(p)s AND state = 'waiting'"
+    " ORDER BY priority DESC, queued_at, id LIMIT 1) FOR UPDATE SKIP LOCKED) h"
+    " JOIN reservations r ON r.id = h.id LEFT JOIN reservation_items i ON i.reservation_id = r.id"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """A waiting row's place in line, the ttl its grant starts, and what stopped it last."""
@@ -167,6 +185,7 @@ class WaitingStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
 
     conn: Connection
+    pg: PgCursor | None
 
     def insert_waiting(
         self,
@@ -233,6 +252,26 @@ class WaitingStatements:
     def waits_run_out(self, partition: str, now: datetime, limit: int) -> list[str]:
         """Up to ``limit`` ids of ``partition``'s waiting rows whose wait ran out by ``now``."""
         return list(self.conn.execute(_RUN_OUT, {"p": partition, "now": now, "n": limit}).scalars())
+
+    def bound_lock_waits(self, seconds: float) -> None:
+        """End this transaction's lock waits after ``seconds`` (PostgreSQL): a wait past it
+        fails the attempt as a conflict, and the driver runs it again."""
+        assert self.pg is not None
+        self.pg.all(_PG_BOUND_LOCKS, {"ms": f"{max(1, round(seconds * 1000))}ms"})
+
+    def lock_line_head(self, partition: str) -> tuple[StoredReservation, Entry, datetime] | None:
+        """Lock the first request of ``partition``'s line and read it, its place in line and
+        the clock (PostgreSQL); None when no request waits, or another transaction holds the
+        first (it decides it)."""
+        assert self.pg is not None
+        rows = self.pg.all(_PG_LOCK_HEAD, {"p": partition})
+        stored = one_stored(rows)
+        if stored is None:
+            return None
+        head = rows[0]
+        blocked = lines.from_json(json.loads(head.blocked_by)) if head.blocked_by else ()
+        entry = Entry(head.priority, dialect.aware(head.queued_at), head.ttl_ms, blocked)
+        return stored, entry, head.db_now
 
     def line_entry(self, reservation_id: str) -> Entry | None:
         """A row's place in line (None: no such row)."""

@@ -66,14 +66,20 @@ class EngineBase:
         """Decide a prepared operation (``prepare_*``): in a transaction of its own, or with
         batching in the next batch; its result, or raises its error."""
         request = operation.request
+        passes = True
         if self.group_commit is None:
-            value = request.alone() if request.alone is not None else self.driver.run(request.step)
+            if request.alone is not None:
+                value = request.alone()
+            elif operation.frees is not None:
+                value, passes = self._free(request.step, operation.frees)
+            else:
+                value = self.driver.run(request.step)
         else:
             value = self.group_commit.run(
                 request.step, request.order, request.by_function, request.alone, request.together
             )
         result = value if operation.finish is None else operation.finish(value)
-        if operation.frees is not None and isinstance(result, Reservation):
+        if passes and operation.frees is not None and isinstance(result, Reservation):
             self._freed(result.partition, operation.frees)
         return result
 
@@ -100,6 +106,12 @@ class EngineBase:
         ):
             self._freed(partition, reason)
         return results
+
+    def _free(self, step: Callable[[LedgerTx], T], reason: str) -> tuple[T, bool]:
+        """Run ``step``, which may free capacity (``reason``), in a transaction of its own; its
+        value, and whether the line of the partition it freed capacity in still needs a pass
+        (see :mod:`.waiting`, which may grant in the same transaction)."""
+        return self.driver.run(step), True
 
     def _freed(self, partition: str | None, reason: str) -> None:
         """Capacity may have been freed in ``partition`` (None: in any partition): the engine

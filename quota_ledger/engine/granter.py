@@ -4,18 +4,23 @@ blocked until their request leaves its line.
 Whatever frees capacity in this engine (a rollback, a partial commit, a release, a limit
 change) kicks the granter for its partition when the partition has a line; so does a request
 that joins one. The granter then passes over that line (:func:`ledger.waiting.grant`, one
-transaction per request tried, in order). While callers of this engine are blocked, it also
-passes over their lines every ``interval`` seconds, so capacity freed by another process, or by
-one that died right after freeing it, is granted within that time; and it reads their rows
-once per round, in one statement, to wake those whose request left its line, whoever granted
-it. Without blocked callers and kicks the thread sleeps; it is started when first needed.
+transaction per request tried, in order). On PostgreSQL a rollback or a release may grant the
+first request of the line in its own transaction instead (:meth:`.waiting.Waits._free`); it
+hands that grant to :meth:`Granter.delivered`. While callers of this engine are blocked, the
+granter also passes over their lines every ``interval`` seconds, so capacity freed by another
+process, or by one that died right after freeing it, is granted within that time. What a pass
+grants wakes its callers at once; each round first reads the blocked callers' rows, in one
+statement, to wake those whose request left its line, whoever granted it (on PostgreSQL, only
+while the listener below does not listen, or when a notice names no request). Without blocked
+callers and kicks the thread sleeps; it is started when first needed.
 
 On PostgreSQL a request that leaves its line notifies (``LISTEN``/``NOTIFY``, sent when the
 transaction that granted, cancelled or expired it commits): the granter listens on a connection
-of its own while it runs and reads again at once the row of the request the notice names (every
-caller's row, for a notice that names none), so a grant made by another process wakes its caller
-without waiting for the next poll. Each blocked caller waits on an event of its own: a grant
-wakes its callers only, not every blocked thread.
+of its own while it runs. A notice that names a request a caller here is blocked on wakes that
+caller, which reads its row again on its own thread; one that names no request (an expiry of
+many, or the listener starting to listen again) has the granter read every blocked caller's
+row. Each blocked caller waits on an event of its own: a grant wakes its callers only, not
+every blocked thread.
 
 Whether a partition has a line is read from the database (one index lookup) at most once per
 ``interval``, by the freeing call that finds the engine's knowledge stale: a partition without
@@ -24,6 +29,7 @@ a line costs a freeing call nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -77,7 +83,10 @@ Read = Callable[[Sequence[str]], dict[str, Reservation]]
 Lines = Callable[[str | None], list[str]]
 
 
-class Closable(Protocol):
+class Listening(Protocol):
+    #: whether it listens now
+    live: bool
+
     def close(self) -> None: ...
 
 
@@ -91,18 +100,20 @@ class Granter:
         read: Read,
         lines: Lines,
         interval: float,
-        listen: Callable[[Callable[[str], None]], Closable] | None = None,
+        listen: Callable[[Callable[[str | None, str | None], None]], Listening] | None = None,
     ) -> None:
         self.passes = passes
         self.read = read
         self.stats = WaitStats()
         #: starts listening for notices of requests that left a line (PostgreSQL), if given
         self.listen = listen
-        self._listener: Closable | None = None
+        self._listener: Listening | None = None
         #: since the last round: whether a notice named no request (every blocked caller's row
         #: is read again), and the requests the others named
         self._heard_all = False
         self._heard_ids: set[str] = set()
+        #: blocked callers a notice named: each reads its row again itself
+        self._recheck: set[str] = set()
         self.lines = lines
         self.interval = interval
         #: guards the state below; the granter's thread waits on it for work
@@ -176,6 +187,12 @@ class Granter:
                     left = deadline - time.monotonic()
                     if left <= 0 or self._closed:
                         return None, self._refusals.get(reservation_id)
+                    recheck = reservation_id in self._recheck
+                    if recheck:
+                        self._recheck.discard(reservation_id)
+                        event.clear()
+                if recheck and self._reread(reservation_id):
+                    continue
                 event.wait(left)
         finally:
             with self._cond:
@@ -183,6 +200,7 @@ class Granter:
                 if not self._waits[reservation_id]:
                     del self._waits[reservation_id]
                     del self._events[reservation_id]
+                    self._recheck.discard(reservation_id)
                     self._left.pop(reservation_id, None)
                     self._refusals.pop(reservation_id, None)
                     if reservation_id not in self._watchers:
@@ -213,6 +231,19 @@ class Granter:
 
         return stop
 
+    def knows_line(self, partition: str) -> bool:
+        """Whether ``partition`` was seen to have a line within the last ``interval`` (no look
+        in the database)."""
+        checked, has_line = self._seen.get(partition, (float("-inf"), False))
+        return has_line and time.monotonic() - checked < self.interval
+
+    def delivered(self, reservation: Reservation) -> None:
+        """A request this engine made leave its line (a grant committed): wake its callers and
+        watchers here at once, without a read."""
+        with self._cond:
+            self._seen[reservation.partition] = (time.monotonic(), True)
+        self._woken({reservation.id: reservation})
+
     def noted(self, partition: str) -> None:
         """A request of ``partition`` joined its line: the next capacity this engine frees
         there passes over it (no look in the database first)."""
@@ -223,18 +254,37 @@ class Granter:
     def closed(self) -> bool:
         return self._closed
 
-    def heard(self, partition: str, reservation_id: str | None = None) -> None:
+    def heard(self, partition: str | None, reservation_id: str | None = None) -> None:
         """A request of ``partition`` left its line (a notice, from any process): read again
-        the row of ``reservation_id`` if a caller here waits for it, or, when the notice names
-        no request, the rows of every caller blocked here."""
+        the row of ``reservation_id`` if a caller here waits for it (the blocked caller reads
+        it itself, on its own thread), or, when the notice names no request, the rows of every
+        caller blocked here (so too when the listener started listening: None)."""
         with self._cond:
             if reservation_id is None:
                 self._heard_all = True
+            elif reservation_id in self._waits:
+                self._recheck.add(reservation_id)
+                self._events[reservation_id].set()
+                if reservation_id not in self._watchers:
+                    return
+                self._heard_ids.add(reservation_id)
             elif reservation_id in self._blocked:
                 self._heard_ids.add(reservation_id)
             else:
                 return
             self._cond.notify_all()
+
+    def _reread(self, reservation_id: str) -> bool:
+        """Read the row of a blocked caller's request (a notice named it); whether it left its
+        line (then it is woken as a round would wake it)."""
+        try:
+            found = self.read([reservation_id]).get(reservation_id)
+        except QuotaLedgerError:  # the next round reads it
+            return False
+        if found is None or found.state is ReservationState.WAITING:
+            return False
+        self._woken({reservation_id: found})
+        return True
 
     def close(self) -> None:
         with self._cond:
@@ -271,11 +321,14 @@ class Granter:
                     polled = time.monotonic()
                     for name in set(self._blocked.values()):
                         partitions.setdefault(name, "poll")
+            # While the listener listens, a request that leaves its line is heard of: the
+            # blocked callers' rows are read when a notice names no request, or names theirs.
+            listening = self._listener is not None and self._listener.live
             try:
-                if partitions or heard:
+                if heard or (partitions and not listening):
                     self._round(partitions)
-                elif heard_ids:
-                    self._round({}, heard_ids)
+                elif partitions or heard_ids:
+                    self._round(partitions, heard_ids)
             except Exception:  # the thread must outlive any one round; the next round retries
                 log.exception("a pass over the waiting lines failed")
                 if not closing:
@@ -284,8 +337,15 @@ class Granter:
                 return
 
     def _round(self, partitions: dict[str, str], only: set[str] | None = None) -> None:
-        """Pass over the lines of ``partitions``, then read the rows of the callers blocked here
-        (``only`` those of them, if given) and wake those whose request left its line."""
+        """Read the rows of the callers blocked here (``only`` those of them, if given) and wake
+        those whose request left its line, then pass over the lines of ``partitions``: a grant
+        made elsewhere wakes its caller without waiting for a pass here, and what the passes
+        grant wakes its callers at once, without a read."""
+        with self._cond:
+            blocked = [rid for rid in self._blocked if only is None or rid in only]
+        if blocked:
+            with contextlib.suppress(QuotaLedgerError):  # (the next round reads them again)
+                self._woken(self.read(blocked))
         refusals: dict[str, list[Violation]] = {}
         for partition, reason in sorted(partitions.items()):
             try:
@@ -296,15 +356,12 @@ class Granter:
             for rid, outcome in outcomes.items():
                 if isinstance(outcome, Refused) and isinstance(outcome.error, OverQuota):
                     refusals[rid] = outcome.error.violations
+            self._woken({rid: o for rid, o in outcomes.items() if isinstance(o, Reservation)})
         with self._cond:
-            blocked = [rid for rid in self._blocked if only is None or rid in only]
             self._refusals.update((rid, v) for rid, v in refusals.items() if rid in self._waits)
-        if not blocked:
-            return
-        try:
-            found = self.read(blocked)
-        except QuotaLedgerError:
-            return
+
+    def _woken(self, found: dict[str, Reservation]) -> None:
+        """Wake the callers and watchers of the requests of ``found`` that left their line."""
         calls: list[tuple[Callable[[Reservation], None], Reservation]] = []
         with self._cond:
             for rid, reservation in found.items():

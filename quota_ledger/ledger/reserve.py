@@ -81,6 +81,21 @@ def general(
     return outcome
 
 
+def grant(
+    tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest, undo: Undo
+) -> tuple[Reservation, bool | None]:
+    """Grant a waiting ``request`` (``request.granting``; its row locked by the caller) as a
+    reserve alone would decide it; raises its refusal. ``undo``'s savepoint is taken before the
+    first write that is not the grant's own, if any (a first use's counter): a refusal goes back
+    to it. Returns the reservation, and whether the same request again would be admitted now,
+    after it (None: not known, for a tracked request, whose first one may start its application)."""
+    room: list[bool | None] = []
+    outcome = decide(tx, [request], rules=rules, bounds=bounds, undo=undo, room=room)[0]
+    if isinstance(outcome, Refused):
+        raise outcome.error
+    return outcome, room[0] if room else None
+
+
 def together(
     rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest
 ) -> Together[Reservation] | None:
@@ -98,10 +113,13 @@ def decide(
     rules: CompiledRules,
     bounds: validation.Bounds,
     overruns: list[Violation] | None = None,
+    undo: Undo | None = None,
+    room: list[bool | None] | None = None,
 ) -> dict[int, Outcome]:
     """Reserve what can be reserved of ``requests`` (of one partition) as they would be one
     after another; the outcome of each request decided, by its place (a request alone is
-    always decided). ``overruns``: see :func:`general` (a request alone only)."""
+    always decided). ``overruns``: see :func:`general`; ``undo`` and ``room``: see
+    :func:`grant` (a request alone only)."""
     alone = len(requests) == 1
     outcomes: dict[int, Outcome] = {}
     fresh: list[tuple[int, ReserveRequest]] = []
@@ -134,20 +152,25 @@ def decide(
         return outcomes
     if alone:
         (only,) = candidates
-        if only.request.granting:  # its row is in line already, locked by the grant
-            made = only.request.pending(now)
-            tx.grant_waiting(made.id, now, made.expires_at)
-        else:
+        made = only.request.pending(now)
+        if not only.request.granting:
             # Our own new row first: a concurrent request with our key waits for it, then finds it.
-            tx.insert_reservation(only.request.pending(now), only.request.request_hash, only.request.kube)
+            # (A grant's row is in line already, locked by the grant: it is written once decided.)
+            tx.insert_reservation(made, only.request.request_hash, only.request.kube)
         if not only.request.resources:
+            if undo is not None:
+                undo.before_write()
             tx.ensure_partition(partition, now)  # no counter will name it; the sweeper must
-        plan = _plan(tx, in_force, bounds, candidates, now, None, overruns)
+        plan = _plan(tx, in_force, bounds, candidates, now, undo, overruns)
         outcomes.update(plan.refused)
         if plan.admitted:
+            if only.request.granting:
+                tx.grant_waiting(made.id, now, made.expires_at)
             with tx.writes_together():
                 tx.apply_charges(plan.deltas, now)
-            outcomes[only.place] = only.request.pending(now)
+            outcomes[only.place] = made
+            if room is not None:
+                room.append(plan.again())
         return outcomes
     candidates = _named(tx, partition, candidates)
     if candidates:
@@ -267,6 +290,15 @@ class _Plan:
     made_keys: set[Key] = field(default_factory=set)
     #: what the admitted members add to each counter
     deltas: dict[charges.CounterKey, tuple[int, int]] = field(default_factory=dict)
+    #: what each member asked of the rule, in order
+    asks: list[charges.Ask] = field(default_factory=list)
+
+    def again(self) -> bool | None:
+        """Whether the rule would admit a plan of one's member once more after it (None: not
+        known, for a member whose first request may start its application)."""
+        if len(self.asks) != 1 or self.members[0].app_key is not None:
+            return None
+        return charges.decide([self.asks[0], self.asks[0]])[1].admitted
 
     def traces(self) -> bool:
         """Whether a member that was not admitted left a row of its own: its application row
@@ -322,6 +354,7 @@ def _plan(
         counters = [*_queue_counters(member, own, limits), *theirs, *counted]
         moves = charges.reserving(counters, member.requested, member.request.kube["usage"])
         asks.append(charges.Ask(partition, moves, overruns is None))
+    plan.asks = asks
     decided = charges.decide(asks)
     for member, decision in zip(found, decided, strict=True):
         if overruns is not None:

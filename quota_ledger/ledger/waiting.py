@@ -11,7 +11,13 @@ out leaves the line as ``expired``; one cancelled (a rollback) as ``rolled_back`
 Each grant is a transaction of its own that locks the waiting row first (step 3 of the lock
 order), then decides as a reserve does, so a grant takes its locks in the order every other
 call takes them. A pass over the line tries its requests in order, and a later request that
-fits is granted even when an earlier one does not (best effort first-in first-out).
+fits is granted even when an earlier one does not (best effort first-in first-out). A grant
+also says whether the same request again would fit after it: when it would not, the pass skips
+what asks no less, as the same caller, as it skips what asks no less than a refused one.
+
+On PostgreSQL a transaction that frees capacity may end with :func:`grant_head`: the first
+request of the line, decided by the same rule and written the same way, its lock waits bounded
+(they come after the counters that transaction holds).
 """
 
 from __future__ import annotations
@@ -22,14 +28,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from quota_ledger.driver.tx import LedgerTx, Undo
-from quota_ledger.driver.waiting_line import Waiting
+from quota_ledger.driver.waiting_line import Entry, Waiting
 from quota_ledger.ledger import reserve
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
 from quota_ledger.model.errors import OverQuota, QuotaLedgerError
 from quota_ledger.model.requests import ReserveRequest
-from quota_ledger.model.values import Reservation, ReservationState, Violation
+from quota_ledger.model.values import Reservation, ReservationState, StoredReservation, Violation
 
 WAITING = ReservationState.WAITING
 #: how many requests of a line one pass tries at most, and how many it reads first
@@ -109,10 +115,14 @@ def placed(tx: LedgerTx, reservation: Reservation) -> Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Granted:
-    """A waiting request :func:`grant` granted: its reservation, and how long it waited."""
+    """A waiting request :func:`grant` granted: its reservation, how long it waited, and
+    whether it filled what it took."""
 
     reservation: Reservation
     waited: float
+    #: whether the same request again would have been refused right after this grant: a pass
+    #: then skips the requests that ask for no less, as the same caller (:func:`no_smaller`)
+    full: bool = False
 
 
 def grant(
@@ -133,6 +143,57 @@ def grant(
     entry = tx.line_entry(reservation_id)
     if entry is None or entry.ttl_ms is None:  # (the constraint of a waiting row: never)
         return None
+    outcome = _decide(tx, rules, bounds, stored, entry, now)
+    if isinstance(outcome, Refused):
+        refused = outcome.error
+        if isinstance(refused, OverQuota) and _limits(refused.violations) != _limits(entry.blocked):
+            tx.set_blocked(current.id, refused.violations)
+    return outcome
+
+
+#: how long the grant in a freeing transaction may wait for a lock, seconds
+HEAD_LOCK_WAIT = 0.01
+
+
+def grant_head(
+    tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, partition: str
+) -> Granted | None:
+    """In a transaction that just freed capacity in ``partition`` (PostgreSQL, its last step):
+    grant the first request of the partition's line, if it fits now, as :func:`grant` would
+    (the same rule, the same row written, one notice at commit); None when nothing was granted
+    (no line, another transaction holds the first request, it does not fit, or its wait ran
+    out: a pass decides).
+
+    The freeing transaction holds counters already, so the locks taken here (the waiting row,
+    the partition lock, counters it does not hold yet) come after them, out of the canonical
+    order: their waits are bounded by :data:`HEAD_LOCK_WAIT`, and a wait past it fails the
+    attempt as a conflict. The driver runs the whole call again, without this step (only a
+    first attempt grants here), so no deadlock can form."""
+    if tx.backend != "postgresql" or tx.attempt:
+        return None
+    tx.bound_lock_waits(HEAD_LOCK_WAIT)
+    head = tx.lock_line_head(partition)
+    if head is None:
+        return None
+    stored, entry, now = head
+    if entry.ttl_ms is None or stored.reservation.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None):
+        return None
+    outcome = _decide(tx, rules, bounds, stored, entry, now)
+    return outcome if isinstance(outcome, Granted) else None
+
+
+def _decide(
+    tx: LedgerTx,
+    rules: CompiledRules,
+    bounds: validation.Bounds,
+    stored: StoredReservation,
+    entry: Entry,
+    now: datetime,
+) -> Granted | Refused:
+    """Decide a waiting request this transaction holds, by the rule a new reserve runs: its
+    grant (notified at commit), or its refusal, which leaves the transaction as it was."""
+    current = stored.reservation
+    assert entry.ttl_ms is not None
     request = ReserveRequest(
         reservation_id=current.id,
         partition=current.partition,
@@ -151,25 +212,25 @@ def grant(
         granting=True,
         queued_at=entry.queued_at,
     )
+    # A savepoint only before a write that is not the grant's own (a first use's counter): a
+    # refusal leaves the transaction as it was.
     undo = Undo(tx)
-    undo.before_write()
     try:
-        made = reserve.general(tx, rules, bounds, request)
+        made, again = reserve.grant(tx, rules, bounds, request, undo)
     except QuotaLedgerError as refused:
         undo.rollback()
-        if isinstance(refused, OverQuota) and _limits(refused.violations) != _limits(entry.blocked):
-            tx.set_blocked(current.id, refused.violations)
         return Refused(refused)
     undo.release()
     tx.notify_left(current.partition, current.id)
     waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
-    return Granted(made, max(0.0, waited))
+    return Granted(made, max(0.0, waited), full=again is False)
 
 
 def no_smaller(each: Waiting, refused: Waiting) -> bool:
-    """Whether ``each`` would be refused now because ``refused`` just was: the same queue,
-    user, groups, application, priority class and Kubernetes scopes, and at least as much of
-    every resource ``refused`` asks for (every limit that stopped ``refused`` stops ``each``; a
+    """Whether ``each`` would be refused now because ``refused`` just was (or was granted, and
+    the same request again would not have been: :attr:`Granted.full`): the same queue, user,
+    groups, application, priority class and Kubernetes scopes, and at least as much of every
+    resource ``refused`` asks for (every limit that stopped ``refused`` stops ``each``; a
     strict line ahead of ``refused`` is ahead of ``each``). A pass skips such a request:
     capacity freed meanwhile kicks another pass."""
     return _caller(each) == _caller(refused) and all(

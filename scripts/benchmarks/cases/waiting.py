@@ -2,10 +2,12 @@
 queue whose clients wait in line against the same clients retrying with backoff.
 
 Grant latency: ``GRANT_WAITERS`` callers of one engine block in ``reserve(wait=...)`` on a queue
-whose capacity is held, one unit per reservation, by another engine; that engine rolls the
-holders back one at a time, ``FREE_EVERY`` seconds apart, and each latency is from the start of
-a rollback call (which includes the rollback itself) to the return of the call it granted (the
-k-th grant answers the k-th rollback: the line is first-in first-out). Targets: on PostgreSQL
+whose capacity is held, one unit per reservation, by another engine in a process of its own (as
+another service would hold it); that engine rolls the holders back one at a time,
+``FREE_EVERY`` seconds apart, and each latency is from the start of a rollback call (which
+includes the rollback itself) to the return of the call it granted (the k-th grant answers the
+k-th rollback: the line is first-in first-out; both processes read the system's monotonic
+clock). Targets: on PostgreSQL
 (notices) p99 under 20 ms; on MariaDB and SQLite (polling) within the poll interval plus 20 ms.
 
 Hot queue: ``HOT_CLIENTS`` threads cycle on a queue of ``HOT_LIMIT`` units (reserve one unit,
@@ -16,6 +18,7 @@ cycles per second; statements are everything the engines sent, per grant (per cy
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import threading
 import time
@@ -52,12 +55,38 @@ def _prepared(db_url: URL, limit: int) -> None:
         setup.close()
 
 
-def grant_latency(db_url: URL) -> dict[str, float]:
-    """One round: p50 and p99 of the grant latency, ms."""
-    holder = QuotaEngine.from_url(db_url)
-    waiter = QuotaEngine.from_url(db_url, pool_size=10, wait_poll_interval=POLL)
+def _holder(url: str, ready: Any, go: Any, freed: Any) -> None:
+    """The holder's process: hold ``GRANT_WAITERS`` units, then roll them back one at a time,
+    ``FREE_EVERY`` seconds apart, once told to; put the start of each rollback call
+    (``time.perf_counter``, the system's monotonic clock) on ``freed``."""
+    holder = QuotaEngine.from_url(url)
     try:
         held = [holder.reserve(QUEUE, {"vcore": 1}, ttl=600) for _ in range(GRANT_WAITERS)]
+        ready.put(True)
+        go.get()
+        starts = []
+        for reservation in held:
+            # from the call that frees, not its return: the call itself may grant, before it returns
+            starts.append(time.perf_counter())
+            holder.rollback(reservation.id)
+            time.sleep(FREE_EVERY)
+        freed.put(starts)
+    finally:
+        holder.close()
+
+
+def grant_latency(db_url: URL) -> dict[str, float]:
+    """One round: p50 and p99 of the grant latency, ms. The holder runs in a process of its
+    own, as a service that frees capacity would; the waiters' engine in this one."""
+    context = multiprocessing.get_context("spawn")
+    ready, go, freed_q = context.Queue(), context.Queue(), context.Queue()
+    holder = context.Process(
+        target=_holder, args=(db_url.render_as_string(hide_password=False), ready, go, freed_q)
+    )
+    holder.start()
+    waiter = QuotaEngine.from_url(db_url, pool_size=10, wait_poll_interval=POLL)
+    try:
+        ready.get(timeout=120)
         done: list[float] = []
         granted: list[str] = []
         failures: list[BaseException] = []
@@ -77,29 +106,27 @@ def grant_latency(db_url: URL) -> dict[str, float]:
             if time.monotonic() > deadline or failures:
                 raise BenchError(f"the waiters did not all join the line: {failures[:1]}")
             time.sleep(0.05)
-        freed: list[float] = []
-        for reservation in held:
-            # from the call that frees, not its return: the call itself may grant, before it returns
-            freed.append(time.perf_counter())
-            holder.rollback(reservation.id)
-            time.sleep(FREE_EVERY)
+        go.put(True)
+        freed: list[float] = freed_q.get(timeout=120)
         for thread in threads:
             thread.join(timeout=60)
         if failures or len(done) != GRANT_WAITERS:
             raise BenchError(f"{len(done)} of {GRANT_WAITERS} waiters granted: {failures[:1]}")
         latencies = sorted((d - f) * 1000 for d, f in zip(sorted(done), freed, strict=True))
-        audit = holder.audit()
+        audit = waiter.audit()
         if audit:
             raise BenchError(f"audit found drifts: {audit[:3]}")
         for rid in granted:  # the next round starts from an empty queue
-            holder.rollback(rid)
+            waiter.rollback(rid)
         return {
             "p50_ms": latencies[len(latencies) // 2],
             "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         }
     finally:
         waiter.close()
-        holder.close()
+        holder.join(timeout=60)
+        if holder.is_alive():
+            holder.kill()
 
 
 class _Statements:
