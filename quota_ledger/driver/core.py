@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, exc, select
+from sqlalchemy import Engine, event, exc, select
 from sqlalchemy.engine import URL
 
-from quota_ledger.driver import dialect, pg_functions, time_limit, topology
+from quota_ledger.driver import counters, dialect, pg_functions, time_limit, topology
 from quota_ledger.driver.fair_lock import FairLock
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.tx import LedgerTx
@@ -74,6 +74,8 @@ class DbQuotaDriver:
     ) -> None:
         self.engine = engine
         self.read_engine = read_engine
+        if not event.contains(engine, "rollback_savepoint", counters.forget_held):
+            event.listen(engine, "rollback_savepoint", counters.forget_held)
         self.backend = engine.dialect.name
         #: attempts one operation makes at most (``retry_attempts``)
         self.max_attempts = retry_attempts

@@ -189,6 +189,18 @@ def _names_resources(count: int) -> Any:
     )
 
 
+#: ``Connection.info`` key: the queue counters (partition, queue, resource) the connection's
+#: transaction holds locked (:class:`~quota_ledger.driver.tx.LedgerTx` starts it empty); dropped
+#: when the transaction rolls back to a savepoint (:func:`forget_held`)
+HELD = "quota_ledger.held_counters"
+
+
+def forget_held(conn: Connection, _name: object, _context: object) -> None:
+    """A ``rollback_savepoint`` listener of the driver's engines: the locks taken since the
+    savepoint are let go, so the transaction no longer knows which counters it holds."""
+    conn.info.pop(HELD, None)
+
+
 class CounterStatements:
     """The statements above, as methods of :class:`~quota_ledger.driver.tx.LedgerTx`."""
 
@@ -213,7 +225,16 @@ class CounterStatements:
         else:
             rows = self.conn.execute(_LOCK_QUEUE, params).all()
         found = {(row.scope, row.resource): _counter(row) for row in rows}
+        held = self.conn.info.get(HELD)
+        if held is not None:
+            held.update((partition, scope, resource) for scope, resource in found)
         return {pair: counter for pair, counter in found.items() if pair in wanted}
+
+    def holds_queue_counters(self, partition: str, pairs: Iterable[tuple[str, str]]) -> bool:
+        """Whether this transaction holds the queue counters of ``pairs`` locked (they exist),
+        as far as it knows: it locked them and has not rolled back to a savepoint since."""
+        held = self.conn.info.get(HELD)
+        return held is not None and all((partition, q, r) in held for q, r in pairs)
 
     def lock_subtree_counters(
         self, partition: str, scopes: Iterable[str], resources: Iterable[str], *, lock: bool = True

@@ -45,7 +45,7 @@ from sqlalchemy.engine import NestedTransaction
 from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
-from quota_ledger.driver.counters import CounterStatements
+from quota_ledger.driver.counters import HELD, CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.idle import IdleStatements
 from quota_ledger.driver.journal import JournalStatements
@@ -91,6 +91,7 @@ class LedgerTx(
         self.deferred: list[inline.Statement] | None = None
         #: what this transaction added to each counter so far: (in use, reserved)
         self.charged: dict[charges.CounterKey, tuple[int, int]] = {}
+        conn.info[HELD] = set()
 
     def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
         """Take the partition lock (shared or exclusive) and return the database clock."""

@@ -103,6 +103,10 @@ _QUEUE_LINES = (
 )
 # last_queued: when the request that joined a partition's line last joined; no lock.
 _LAST_QUEUED = select(func.max(_R.queued_at)).where(*_IN_LINE)
+# clock_and_last_queued: the database clock, and the same; no lock.
+_CLOCK_AND_LAST_QUEUED = select(dialect.utcnow().label("db_now"), func.max(_R.queued_at).label("last")).where(
+    *_IN_LINE
+)
 # malformed: waiting rows that are not what a waiting request is (no place in line, no ttl for
 # its grant, or an item that says it was committed); no lock.
 _MALFORMED = (
@@ -133,16 +137,14 @@ _LEAVE = (
 )
 
 
-# bound_lock_waits: this transaction's lock waits end after :ms (a transaction-local setting,
-# as SET LOCAL); PostgreSQL; no lock.
-_PG_BOUND_LOCKS = "SELECT set_config('lock_timeout', %(ms)s, true)"
 # lock_line_head: locks the first row of a partition's line (step 3), unless another
 # transaction holds it (then nothing: that one decides it) or it left the line meanwhile, and
 # reads it with its items and the clock. Its items never change while it waits, so the
-# statement's snapshot reads them right. PostgreSQL.
+# statement's snapshot reads them right. When it finds the row, the transaction's later lock
+# waits end after :ms (set_config(..., true) is SET LOCAL). PostgreSQL.
 _PG_LOCK_HEAD = (
     f"SELECT {PG_HEADER}, r.queued_at, r.ttl_ms, r.blocked_by,"  # noqa: S608 - constants only
-    " TIMEZONE('UTC', clock_timestamp()) AS db_now"
+    " TIMEZONE('UTC', clock_timestamp()) AS db_now, set_config('lock_timeout', %(ms)s, true) AS bound"
     " FROM (SELECT id FROM reservations WHERE state = 'waiting' AND id = ("
     "SELECT id FROM reservations WHERE \"partition\" = %(p)s AND state = 'waiting'"
     " ORDER BY priority DESC, queued_at, id LIMIT 1) FOR UPDATE SKIP LOCKED) h"
@@ -253,18 +255,17 @@ class WaitingStatements:
         """Up to ``limit`` ids of ``partition``'s waiting rows whose wait ran out by ``now``."""
         return list(self.conn.execute(_RUN_OUT, {"p": partition, "now": now, "n": limit}).scalars())
 
-    def bound_lock_waits(self, seconds: float) -> None:
-        """End this transaction's lock waits after ``seconds`` (PostgreSQL): a wait past it
-        fails the attempt as a conflict, and the driver runs it again."""
-        assert self.pg is not None
-        self.pg.all(_PG_BOUND_LOCKS, {"ms": f"{max(1, round(seconds * 1000))}ms"})
-
-    def lock_line_head(self, partition: str) -> tuple[StoredReservation, Entry, datetime] | None:
+    def lock_line_head(
+        self, partition: str, lock_wait: float
+    ) -> tuple[StoredReservation, Entry, datetime] | None:
         """Lock the first request of ``partition``'s line and read it, its place in line and
         the clock (PostgreSQL); None when no request waits, or another transaction holds the
-        first (it decides it)."""
+        first (it decides it). Found, the transaction's later lock waits end after
+        ``lock_wait`` seconds: a wait past it fails the attempt as a conflict, and the driver
+        runs it again."""
         assert self.pg is not None
-        rows = self.pg.all(_PG_LOCK_HEAD, {"p": partition})
+        params = {"p": partition, "ms": f"{max(1, round(lock_wait * 1000))}ms"}
+        rows = self.pg.all(_PG_LOCK_HEAD, params)
         stored = one_stored(rows)
         if stored is None:
             return None
@@ -327,6 +328,11 @@ class WaitingStatements:
         """When the latest of ``partition``'s waiting requests joined its line (None: no line)."""
         found = self.conn.execute(_LAST_QUEUED, {"p": partition}).scalar()
         return None if found is None else dialect.aware(found)
+
+    def clock_and_last_queued(self, partition: str) -> tuple[datetime, datetime | None]:
+        """The database clock, and :meth:`last_queued`, in one statement."""
+        row = self.conn.execute(_CLOCK_AND_LAST_QUEUED, {"p": partition}).one()
+        return row.db_now, None if row.last is None else dialect.aware(row.last)
 
     def notify_left(self, partition: str, reservation_id: str | None = None) -> None:
         """A request of ``partition`` (``reservation_id``, when one) left its line in this

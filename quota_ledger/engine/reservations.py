@@ -93,7 +93,7 @@ class Reservations(Waits):
         request = dataclasses.replace(request, priority=rank)
         started = time.monotonic()
         deadline = started + seconds if block else None
-        behind = self._join_behind(request, seconds)
+        behind = self._join_behind(request, seconds, place=not block)
         if behind is not None:
             return behind if behind.state is not ReservationState.WAITING else self._queued(behind, deadline)
         try:

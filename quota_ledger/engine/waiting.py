@@ -122,10 +122,11 @@ class Waits(EngineBase):
                     granted.append(outcome)
         return granted
 
-    def _join_behind(self, request: ReserveRequest, wait: float) -> Reservation | None:
+    def _join_behind(self, request: ReserveRequest, wait: float, place: bool) -> Reservation | None:
         """``request`` in line behind the requests that wait in its partition already, undecided
-        (or what its key made already); None when none waits: it is decided at once."""
-        return self.driver.run(lambda tx: waiting.join_behind(tx, self.rules, request, wait))
+        (or what its key made already); None when none waits: it is decided at once. Without
+        ``place``, its ``position`` is not read."""
+        return self.driver.run(lambda tx: waiting.join_behind(tx, self.rules, request, wait, place))
 
     def _queued(
         self, joined: Reservation, deadline: float | None, violations: Sequence[Any] = ()
@@ -263,19 +264,31 @@ class Waits(EngineBase):
         every counter with no less in use plus reserved than it found: nothing was freed that
         no request fitted in before (best effort first-in first-out grants whatever fits)."""
         granted: list[waiting.Granted] = []
+        tried: list[bool] = []
 
         def work(tx: LedgerTx) -> tuple[T, bool]:
             granted.clear()
             value = step(tx)
             if not isinstance(value, Reservation) or not tx.freed() or not self._grants_in(value.partition):
                 return value, True
+            tried.append(True)
             outcome = waiting.grant_head(tx, self.rules, self.bounds, value.partition)
             if outcome is None:
                 return value, True
             granted.append(outcome)
             return value, tx.freed()
 
-        value, passes = self.driver.run(work)
+        try:
+            value, passes = self.driver.run(work)
+        except DatabaseUnavailable:
+            raise
+        except QuotaLedgerError as error:
+            if not tried:
+                raise
+            # The grant failed the transaction (a database error it met, not the freeing's): the
+            # freeing alone, again (it did not commit), and a pass grants.
+            log.warning("a grant in a freeing transaction failed, freeing alone: %s", error)
+            return self.driver.run(step), True
         for outcome in granted:
             self.granter.stats.granted(reason, outcome.waited)
             self.granter.delivered(outcome.reservation)

@@ -397,6 +397,8 @@ def _lock_own(
     """Lock the queues' own counters of the members, creating those used for the first time;
     the counters by (queue, resource), and those created."""
     pairs = {(m.request.queue, res) for m in found for res in m.request.resources}
+    if tx.holds_queue_counters(partition, pairs):  # (a grant in the transaction that freed them)
+        return tx.lock_queue_counters(partition, pairs), set()
     savepoint = tx.savepoint()
     own = tx.lock_queue_counters(partition, pairs)
     missing = pairs - own.keys()

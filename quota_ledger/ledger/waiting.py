@@ -59,12 +59,13 @@ def join(
 
 
 def join_behind(
-    tx: LedgerTx, rules: CompiledRules, request: ReserveRequest, wait_seconds: float
+    tx: LedgerTx, rules: CompiledRules, request: ReserveRequest, wait_seconds: float, place: bool = True
 ) -> Reservation | None:
     """:func:`join`, only if requests wait in the partition's line already (None when none
     does: the request is decided at once). It joins behind them undecided, and a pass grants it
-    in order, so that it cannot take capacity that a request ahead of it fits in."""
-    return _join(tx, rules, request, wait_seconds, [], behind=True)
+    in order, so that it cannot take capacity that a request ahead of it fits in. Without
+    ``place`` its ``position`` is not read (a caller that blocks until the grant)."""
+    return _join(tx, rules, request, wait_seconds, [], behind=True, place=place)
 
 
 def _join(
@@ -74,6 +75,7 @@ def _join(
     wait_seconds: float,
     blocked: Sequence[Violation],
     behind: bool,
+    place: bool = True,
 ) -> Reservation | None:
     """See :func:`join` and :func:`join_behind`.
 
@@ -86,20 +88,23 @@ def _join(
     strict = rules.partition(tx, request.partition).has_strict_lines
     if behind and strict and tx.last_queued(request.partition) is None:
         return None  # nobody waits: decided at once, without the partition's exclusive lock
-    now = tx.lock_partition(request.partition, exclusive=True) if strict else tx.db_now()
+    if strict:
+        now = tx.lock_partition(request.partition, exclusive=True)
+        last = tx.last_queued(request.partition)
+    else:
+        now, last = tx.clock_and_last_queued(request.partition)
     made = request.pending(now)
-    # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
-    # joins after the last one that joined, by a microsecond at least.
-    last = tx.last_queued(request.partition)
     if behind and last is None:
         return None
+    # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
+    # joins after the last one that joined, by a microsecond at least.
     arrived = made.created_at if last is None else max(made.created_at, last + timedelta(microseconds=1))
     waiting = dataclasses.replace(
         made, state=WAITING, created_at=arrived, expires_at=arrived + timedelta(seconds=wait_seconds)
     )
     ttl_ms = round(request.ttl_seconds * 1000)
     tx.insert_waiting(waiting, request.request_hash, request.kube, ttl_ms, blocked)
-    return placed(tx, waiting)
+    return placed(tx, waiting) if place else waiting
 
 
 def placed(tx: LedgerTx, reservation: Reservation) -> Reservation:
@@ -171,8 +176,7 @@ def grant_head(
     first attempt grants here), so no deadlock can form."""
     if tx.backend != "postgresql" or tx.attempt:
         return None
-    tx.bound_lock_waits(HEAD_LOCK_WAIT)
-    head = tx.lock_line_head(partition)
+    head = tx.lock_line_head(partition, HEAD_LOCK_WAIT)
     if head is None:
         return None
     stored, entry, now = head

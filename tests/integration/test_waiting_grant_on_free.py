@@ -184,3 +184,24 @@ def test_a_pass_skips_what_asks_no_less_than_a_grant_that_filled_the_room(
     assert second.id not in tried[:-1]
     assert tried[-1] == second.id
     assert path_ledger.audit() == []
+
+
+def test_a_grant_that_fails_its_transaction_leaves_the_freeing_call_to_succeed_alone(
+    engine: QuotaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database error met by the grant (here: a statement the server refuses) fails the
+    freeing call's transaction: the freeing runs again alone, and a pass grants."""
+    holder = engine.reserve("root.team.a", {"vcore": "8"})
+    queued = engine.reserve("root.team.b", {"vcore": "4"}, wait=60, block=False)
+    original = waiting.grant_head
+
+    def failing(tx: Any, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(waiting, "grant_head", original)  # once
+        tx.conn.exec_driver_sql("SELECT no_such_column FROM reservations")
+        return None
+
+    monkeypatch.setattr(waiting, "grant_head", failing)
+    assert engine.rollback(holder.id).state is ReservationState.ROLLED_BACK
+    assert _eventually(engine, queued.id, PENDING)
+    assert engine.usage("root.team")["vcore"].reserved == 4000
+    assert engine.audit() == []
