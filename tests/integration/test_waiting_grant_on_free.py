@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import URL
+from test_waiting import CONFIG
 
 from quota_ledger import QuotaEngine, ReservationState
 from quota_ledger.driver import dialect
@@ -19,19 +20,6 @@ from quota_ledger.ledger import waiting
 
 WAITING = ReservationState.WAITING
 PENDING = ReservationState.PENDING
-
-CONFIG = """
-partitions:
-- name: default
-  queues:
-  - name: root
-    queues:
-    - name: team
-      resources: {max: {vcore: 10}}
-      queues:
-      - name: a
-      - name: b
-"""
 
 
 @pytest.fixture
