@@ -269,14 +269,19 @@ class Waits(EngineBase):
         def work(tx: LedgerTx) -> tuple[T, bool]:
             granted.clear()
             value = step(tx)
-            if not isinstance(value, Reservation) or not tx.freed() or not self._grants_in(value.partition):
+            if (
+                not isinstance(value, Reservation)
+                or not tx.freed()
+                or not self._grants_in(tx, value.partition)
+            ):
                 return value, True
             tried.append(True)
             outcome = waiting.grant_head(tx, self.rules, self.bounds, value.partition)
             if outcome is None:
                 return value, True
             granted.append(outcome)
-            return value, tx.freed()
+            # (the rules the grant decided by, or newer: a line made strict meanwhile is passed)
+            return value, tx.freed() or self._strict(tx, value.partition)
 
         try:
             value, passes = self.driver.run(work)
@@ -294,12 +299,17 @@ class Waits(EngineBase):
             self.granter.delivered(outcome.reservation)
         return value, passes
 
-    def _grants_in(self, partition: str) -> bool:
+    def _grants_in(self, tx: LedgerTx, partition: str) -> bool:
         """Whether a freeing transaction in ``partition`` grants its line's first request
         itself: PostgreSQL, a line known to this engine, and no ``StrictFIFO`` queue."""
         if self.driver.backend != "postgresql" or not self.granter.knows_line(partition):
             return False
-        return not self.rules.known(self.driver.run).partition(partition).has_strict_lines
+        return not self._strict(tx, partition)
+
+    def _strict(self, tx: LedgerTx, partition: str) -> bool:
+        """Whether ``partition`` has a ``StrictFIFO`` queue, by the newest rules compiled (in
+        ``tx``, the first time)."""
+        return self.rules.known(lambda read: read(tx)).partition(partition).has_strict_lines
 
     def _freed(self, partition: str | None, reason: str) -> None:
         """Capacity was freed in ``partition`` (None: anywhere) by ``reason``: its line, if it
