@@ -269,18 +269,14 @@ class WaitingStatements:
         stored = one_stored(rows)
         if stored is None:
             return None
-        head = rows[0]
-        blocked = lines.from_json(json.loads(head.blocked_by)) if head.blocked_by else ()
-        entry = Entry(head.priority, dialect.aware(head.queued_at), head.ttl_ms, blocked)
-        return stored, entry, head.db_now
+        return stored, _entry(rows[0]), rows[0].db_now
 
     def line_entry(self, reservation_id: str) -> Entry | None:
         """A row's place in line (None: no such row)."""
         row = self.conn.execute(_ENTRY, {"id": reservation_id}).one_or_none()
         if row is None or row.queued_at is None:
             return None
-        blocked = lines.from_json(json.loads(row.blocked_by)) if row.blocked_by else ()
-        return Entry(row.priority, dialect.aware(row.queued_at), row.ttl_ms, blocked)
+        return _entry(row)
 
     def set_blocked(self, reservation_id: str, blocked: Sequence[Violation]) -> None:
         """Record what stopped a waiting row this transaction holds."""
@@ -362,6 +358,12 @@ class WaitingStatements:
         return self.conn.execute(
             _LEAVE, {"ids": list(ids), "new_state": state, "now": dialect.naive(now)}
         ).rowcount
+
+
+def _entry(row: Any) -> Entry:
+    """The place in line of a row read with its priority, queued_at, ttl_ms and blocked_by."""
+    blocked = lines.from_json(json.loads(row.blocked_by)) if row.blocked_by else ()
+    return Entry(row.priority, dialect.aware(row.queued_at), row.ttl_ms, blocked)
 
 
 def _scopes(kube: str | None) -> str | None:

@@ -89,10 +89,8 @@ def _join(
     if behind and strict and tx.last_queued(request.partition) is None:
         return None  # nobody waits: decided at once, without the partition's exclusive lock
     if strict:
-        now = tx.lock_partition(request.partition, exclusive=True)
-        last = tx.last_queued(request.partition)
-    else:
-        now, last = tx.clock_and_last_queued(request.partition)
+        tx.lock_partition(request.partition, exclusive=True)
+    now, last = tx.clock_and_last_queued(request.partition)
     made = request.pending(now)
     if behind and last is None:
         return None
@@ -143,7 +141,7 @@ def grant(
     current = stored.reservation
     if current.state is not WAITING:
         return current
-    if current.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None):
+    if _ran_out(current, now):
         return leave(tx, current, ReservationState.EXPIRED, now)
     entry = tx.line_entry(reservation_id)
     if entry is None or entry.ttl_ms is None:  # (the constraint of a waiting row: never)
@@ -180,10 +178,15 @@ def grant_head(
     if head is None:
         return None
     stored, entry, now = head
-    if entry.ttl_ms is None or stored.reservation.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None):
+    if entry.ttl_ms is None or _ran_out(stored.reservation, now):
         return None
     outcome = _decide(tx, rules, bounds, stored, entry, now)
     return outcome if isinstance(outcome, Granted) else None
+
+
+def _ran_out(waiting: Reservation, now: datetime) -> bool:
+    """Whether the wait of a waiting request ran out by ``now`` (the database clock)."""
+    return waiting.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None)
 
 
 def _decide(
