@@ -90,6 +90,8 @@ class DbQuotaDriver:
         self.retries: Tally[str] = Tally()
         #: PostgreSQL runs plain reserve, commit and expiry as server-side functions (0004)
         self.functions = self.backend == "postgresql"
+        #: which of the ledger's later functions the database has, as far as known (by name)
+        self.installed: dict[str, bool] = {}
         #: SQLite writes one transaction at a time: this process's transactions queue on a lock,
         #: first come first served, instead of polling the database's busy handler, whose
         #: sleeps (up to 100 ms a try) made p99 latencies of seconds with 16 threads. Other
@@ -166,7 +168,7 @@ class DbQuotaDriver:
                 with self._one_at_a_time, engine.connect() as conn:
                     if isolation is not None and self.backend != "sqlite":
                         conn.execution_options(isolation_level=isolation)
-                    tx = LedgerTx(conn, self.backend, attempt)
+                    tx = LedgerTx(conn, self.backend, attempt, self.installed)
                     try:
                         with conn.begin() as transaction:
                             if timeout is not None:
@@ -204,6 +206,13 @@ class DbQuotaDriver:
                 attempt = self._after_error(error, attempt, deadline)
             except (exc.TimeoutError, exc.DisconnectionError) as error:
                 attempt = self._after_pool_error(error, attempt, deadline)
+
+    def has_function(self, name: str) -> bool:
+        """Whether the database has the ledger's PostgreSQL function ``name`` (asked once)."""
+        if not self.functions:
+            return False
+        found = self.installed.get(name)
+        return found if found is not None else self.run(lambda tx: tx.has_function(name))
 
     @contextmanager
     def translated(self) -> Iterator[None]:

@@ -23,6 +23,7 @@ from sqlalchemy import insert as sa_insert
 from quota_ledger.driver import dialect, inline
 from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.schema import quota_partitions, quota_usages
+from quota_ledger.model.charges import CounterKey
 from quota_ledger.model.counters import QUEUE, SUBTREE, Counter
 from quota_ledger.model.queues import subtree_bounds
 
@@ -208,6 +209,8 @@ class CounterStatements:
     backend: str
     pg: PgCursor | None
     deferred: list[inline.Statement] | None
+    #: the queues' own counters this transaction locked: they limit nothing (see ``freed``)
+    own_counters: set[CounterKey]
 
     def lock_queue_counters(
         self, partition: str, pairs: Iterable[tuple[str, str]]
@@ -225,6 +228,7 @@ class CounterStatements:
         else:
             rows = self.conn.execute(_LOCK_QUEUE, params).all()
         found = {(row.scope, row.resource): _counter(row) for row in rows}
+        self.own_counters.update(("usages", counter.id) for counter in found.values())
         held = self.conn.info.get(HELD)
         if held is not None:
             held.update((partition, scope, resource) for scope, resource in found)

@@ -27,8 +27,12 @@ def notify(conn: Connection, partition: str, reservation_id: str | None = None) 
     """Notify the listeners that a request of ``partition`` (``reservation_id``, when one) left
     its line, at commit (PostgreSQL; elsewhere nothing)."""
     if conn.dialect.name == "postgresql":
-        payload = partition if reservation_id is None else f"{partition}\t{reservation_id}"
-        conn.execute(_NOTIFY, {"p": payload})
+        conn.execute(_NOTIFY, {"p": payload(partition, reservation_id)})
+
+
+def payload(partition: str, reservation_id: str | None = None) -> str:
+    """A notice's payload: the partition, and the id of the request that left, if one did."""
+    return partition if reservation_id is None else f"{partition}\t{reservation_id}"
 
 
 def parse(payload: str) -> tuple[str, str | None]:

@@ -1,7 +1,7 @@
 """Calls of the ledger's PostgreSQL functions, and the one place that says what each declines.
 
 The rule (:mod:`quota_ledger.model.charges`, run by each operation's general path) decides on
-every backend. On PostgreSQL three set functions may decide first, for speed, each for any number
+every backend. On PostgreSQL set functions may decide first, for speed, each for any number
 of requests, one included (their sources are ``quota_ledger/driver/sql/``; the migrations
 install them). Each decides exactly as the general path would, one request after another, in the
 same lock order; the differential test (``tests/integration/test_differential.py``) holds them
@@ -30,6 +30,15 @@ to the rule. What one declines, it leaves untouched, and the general path decide
   a repeat of an id in the call, one with nothing reserved, a tracked one whose application row
   is missing, and every one when a counter or an application's usage would pass the bigint range
   (the general path raises :class:`CounterOverflow`). Partial commits go to the general path.
+``quota_ledger_release`` (a rollback of one pending reservation, or a release of one committed,
+  inside the caller's transaction) declines one in any other state (released, waiting, resolved),
+  a tracked one (a user or an application), one whose queue has a ResourceQuota counter for a
+  resource of its Kubernetes usage, one that holds nothing, and one whose queue counters hold less
+  than it gives back (the general path raises).
+``quota_ledger_grant`` (one waiting request, in a pass or in the transaction that freed
+  capacity) declines a request whose wait ran out (the general path ends it) and whatever
+  ``quota_ledger_reserve_many`` declines for it; a request that no longer waits it answers as
+  such. The caller leaves a partition with a ``StrictFIFO`` queue to the general path.
 ``quota_ledger_expire`` (the sweep) expires plain reservations (no user, no application) of
   queues no ResourceQuota counts; it declines a whole batch (``QL001``) when the configuration
   changed, and the general batches sweep the rest.
@@ -75,6 +84,14 @@ HAS_SET_FUNCTIONS = (
     "SELECT to_regproc('quota_ledger_reserve_many') IS NOT NULL"
     " AND to_regproc('quota_ledger_commit_many') IS NOT NULL"
 )
+# What one plain reservation holds given back (a rollback, a release), inside the caller's
+# transaction, and the grant of one waiting request (0019).
+RELEASE_FUNCTION = "quota_ledger_release"
+RELEASE = "SELECT * FROM quota_ledger_release(%(id)s, %(op)s, %(committed)s)"
+GRANT_FUNCTION = "quota_ledger_grant"
+GRANT = RESERVE_MANY.replace("quota_ledger_reserve_many(", "quota_ledger_grant(%(grant)s, %(notice)s, ")
+# whether the database has a function (one of a later revision than the set functions)
+INSTALLED = "SELECT to_regproc(%(name)s) IS NOT NULL"
 EXPIRE = "SELECT quota_ledger_expire(%(partition)s, %(limit)s, %(skip)s::text[], %(version)s, %(ns)s, %(k)s)"
 
 

@@ -38,23 +38,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, exc, func, select
 from sqlalchemy.engine import NestedTransaction
 
-from quota_ledger.driver import dialect, inline
+from quota_ledger.driver import dialect, inline, pg_functions
 from quota_ledger.driver.apps import AppStatements
 from quota_ledger.driver.configs import ConfigStatements
 from quota_ledger.driver.counters import HELD, CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.idle import IdleStatements
 from quota_ledger.driver.journal import JournalStatements
-from quota_ledger.driver.pg_cursor import PgCursor
-from quota_ledger.driver.reservations import ReservationStatements
+from quota_ledger.driver.pg_cursor import PgCursor, with_text_arrays
+from quota_ledger.driver.reservations import ReservationStatements, one_stored
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.waiting_line import WaitingStatements
 from quota_ledger.model import charges
 from quota_ledger.model.errors import QuotaLedgerError
+from quota_ledger.model.values import Reservation, ReservationState
 
 # -- partition (step 2) ------------------------------------------------------------------------
 # lock_partition_*: MariaDB/SQLite form; locks the partition row (shared or exclusive).
@@ -78,7 +80,9 @@ class LedgerTx(
 ):
     """One database transaction of the ledger. The engine decides; this class reads and writes."""
 
-    def __init__(self, conn: Connection, backend: str, attempt: int) -> None:
+    def __init__(
+        self, conn: Connection, backend: str, attempt: int, installed: dict[str, bool] | None = None
+    ) -> None:
         self.conn = conn
         self.backend = backend
         #: 0 on the first try; a retry after a lost connection checks what already happened
@@ -91,6 +95,10 @@ class LedgerTx(
         self.deferred: list[inline.Statement] | None = None
         #: what this transaction added to each counter so far: (in use, reserved)
         self.charged: dict[charges.CounterKey, tuple[int, int]] = {}
+        self.own_counters = set()
+        #: which of the ledger's PostgreSQL functions the database has, as far as known (shared
+        #: by the driver's transactions: :meth:`has_function`)
+        self.installed = installed if installed is not None else {}
         conn.info[HELD] = set()
 
     def lock_partition(self, partition: str, *, exclusive: bool) -> datetime:
@@ -151,10 +159,59 @@ class LedgerTx(
             was = self.charged.get(counter, (0, 0))
             self.charged[counter] = (was[0] + in_use, was[1] + reserved)
 
+    def release_by_function(
+        self, reservation_id: str, operation_id: str | None, *, committed: bool
+    ) -> Reservation | None:
+        """PostgreSQL: give back what a plain reservation holds by ``quota_ledger_release``, in
+        this transaction (what it declines: :mod:`.pg_functions`): a pending one is rolled back,
+        and with ``committed`` a committed one is released. The reservation as it left it, or
+        None when it declined (it wrote nothing) or this database has no such function (a
+        schema before 0019); None elsewhere."""
+        if self.pg is None or not self.has_function(pg_functions.RELEASE_FUNCTION):
+            return None
+        params = {"id": reservation_id, "op": operation_id, "committed": committed}
+        # (the counters it names are its lineage's: a queue's own counter limits nothing)
+        rows = self.pg.all(pg_functions.RELEASE, params)
+        stored = one_stored(rows)
+        if stored is None:
+            return None
+        in_use = stored.reservation.state is ReservationState.COMMITTED
+        for counter_id, given_back in zip(
+            rows[0].counter_ids or (), rows[0].counter_deltas or (), strict=True
+        ):
+            was = self.charged.get(("usages", counter_id), (0, 0))
+            delta = (-given_back, 0) if in_use else (0, -given_back)
+            self.charged[("usages", counter_id)] = (was[0] + delta[0], was[1] + delta[1])
+        return stored.reservation
+
+    def grant_by_function(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """PostgreSQL: run a ``quota_ledger_grant`` call in this transaction; its rows (none: it
+        declined, and wrote nothing). What a grant charged its lineage counts in :meth:`freed`."""
+        assert self.pg is not None
+        rows = self.pg.all(sql, with_text_arrays(params))
+        if rows and rows[0].counter_ids is not None:
+            for counter_id, amount in zip(rows[0].counter_ids, rows[0].counter_amounts, strict=True):
+                was = self.charged.get(("usages", counter_id), (0, 0))
+                self.charged[("usages", counter_id)] = (was[0], was[1] + amount)
+        return rows
+
+    def has_function(self, name: str) -> bool:
+        """Whether the database has the ledger's function ``name`` (PostgreSQL; asked once)."""
+        found = self.installed.get(name)
+        if found is None:
+            assert self.pg is not None
+            found = self.installed[name] = bool(self.pg.all(pg_functions.INSTALLED, {"name": name})[0][0])
+        return found
+
     def freed(self) -> bool:
-        """Whether this transaction left a counter with less in use plus reserved than it found
-        (capacity a waiting request may now fit in)."""
-        return any(in_use + reserved < 0 for in_use, reserved in self.charged.values())
+        """Whether this transaction left a counter that may limit a request (not a queue's own
+        counter, which has no limit) with less in use plus reserved than it found: capacity a
+        waiting request may now fit in."""
+        return any(
+            in_use + reserved < 0
+            for counter, (in_use, reserved) in self.charged.items()
+            if counter not in self.own_counters
+        )
 
     def db_now(self) -> datetime:
         """The database clock."""

@@ -36,6 +36,7 @@ _FIRST = select(_R.id).where(*_IN_LINE).order_by(*_ORDER).limit(bindparam("n", t
 _LINE_ROWS = (
     select(
         _R.id,
+        _R.key,
         _R.queue,
         _R.user_name,
         _R.groups,
@@ -45,6 +46,7 @@ _LINE_ROWS = (
         _R.priority,
         _R.queued_at,
         _R.expires_at,
+        _R.ttl_ms,
         _I.resource,
         _I.amount,
     )
@@ -61,6 +63,18 @@ _RUN_OUT = (
     .where(*_IN_LINE, _R.expires_at <= bindparam("now"))
     .order_by(_R.expires_at)
     .limit(bindparam("n", type_=Integer))
+)
+# insert_waiting on PostgreSQL: a new waiting row and its items, in one statement.
+_PG_INSERT_WAITING = (
+    'WITH head AS (INSERT INTO reservations (id, "partition", "key", request_hash, state, queue, user_name,'
+    ' "groups", application, priority_class, created_at, expires_at, resolved_at, kube, released_at,'
+    " priority, queued_at, ttl_ms, blocked_by)"
+    " VALUES (%(id)s, %(partition)s, %(key)s, %(request_hash)s, %(state)s, %(queue)s, %(user_name)s,"
+    " %(groups)s, %(application)s, %(priority_class)s, %(created_at)s, %(expires_at)s, NULL, %(kube)s,"
+    " NULL, %(priority)s, %(queued_at)s, %(ttl_ms)s, %(blocked_by)s) RETURNING id)"
+    " INSERT INTO reservation_items (reservation_id, resource, amount)"
+    " SELECT head.id, t.resource, t.amount"
+    " FROM head, unnest(%(resources)s::text[], %(amounts)s::bigint[]) AS t(resource, amount)"
 )
 # entry: a row's place in line; no lock.
 _ENTRY = select(_R.priority, _R.queued_at, _R.ttl_ms, _R.blocked_by).where(_R.id == bindparam("id"))
@@ -167,6 +181,7 @@ class Waiting:
     """One request of a line, as :meth:`WaitingStatements.line_rows` reads it."""
 
     id: str
+    partition: str
     queue: str
     user: str | None
     #: the groups column as stored (JSON), compared as it is
@@ -181,6 +196,10 @@ class Waiting:
     until: datetime
     #: resource -> amount
     needs: dict[str, int]
+    #: its idempotency key, the ttl its grant starts (ms), and its ``kube`` column as stored
+    key: str | None = None
+    ttl_ms: int | None = None
+    kube: str | None = None
 
 
 class WaitingStatements:
@@ -206,6 +225,13 @@ class WaitingStatements:
             ttl_ms=ttl_ms,
             blocked_by=_blocked_json(blocked),
         )
+        if self.pg is not None:  # one statement: the row, then its items
+            items = {
+                "resources": list(reservation.resources),
+                "amounts": list(reservation.resources.values()),
+            }
+            self.pg.run(_PG_INSERT_WAITING, {**row, **items})
+            return
         self.conn.execute(sa_insert(reservations), row)
         if reservation.resources:
             self.conn.execute(
@@ -236,6 +262,7 @@ class WaitingStatements:
             if each is None:
                 each = found[row.id] = Waiting(
                     id=row.id,
+                    partition=partition,
                     queue=row.queue,
                     user=row.user_name,
                     groups=row.groups,
@@ -246,6 +273,9 @@ class WaitingStatements:
                     queued_at=dialect.aware(row.queued_at),
                     until=dialect.aware(row.expires_at),
                     needs={},
+                    key=row.key,
+                    ttl_ms=row.ttl_ms,
+                    kube=row.kube,
                 )
             if row.resource is not None:
                 each.needs[row.resource] = row.amount

@@ -138,6 +138,7 @@ class QuotaEngine(Reservations, Explanations, Configuration, KubernetesObjects, 
 
         with self.driver.translated():
             migrate.upgrade(self.driver.engine, revision)
+        self.driver.installed.clear()  # (functions a later revision installs are asked for again)
         if self.group_commit is not None:
             self.group_commit.schema_changed()
 

@@ -231,11 +231,16 @@ class Granter:
 
         return stop
 
-    def knows_line(self, partition: str) -> bool:
-        """Whether ``partition`` was seen to have a line within the last ``interval`` (no look
-        in the database)."""
+    def line_known(self, partition: str) -> bool | None:
+        """Whether ``partition`` was seen to have a line within the last ``interval`` (None:
+        not seen within it: ask the database)."""
         checked, has_line = self._seen.get(partition, (float("-inf"), False))
-        return has_line and time.monotonic() - checked < self.interval
+        return has_line if time.monotonic() - checked < self.interval else None
+
+    def saw(self, partition: str, has_line: bool) -> None:
+        """``partition`` was just seen to have a line, or none (read in the database)."""
+        with self._cond:
+            self._seen[partition] = (time.monotonic(), has_line)
 
     def delivered(self, reservation: Reservation) -> None:
         """A request this engine made leave its line (a grant committed): wake its callers and

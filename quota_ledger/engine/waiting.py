@@ -216,14 +216,14 @@ class Waits(EngineBase):
                 continue  # it asks for no less than one refused in this pass, as the same caller
             rid = each.id
             try:
-                outcome = self.driver.run(
-                    partial(waiting.grant, rules=self.rules, bounds=self.bounds, reservation_id=rid)
-                )
+                outcome = self.paths.grant(each)
             except QuotaLedgerError as error:  # the next pass tries it again; the others go on
                 log.warning("waiting request %s was not tried: %s", rid, error)
                 continue
-            if isinstance(outcome, Refused):
+            if isinstance(outcome, Refused | waiting.Over):
                 refused.append(each)
+            if isinstance(outcome, waiting.Over):
+                continue  # (refused; what stopped it was not read again)
             if isinstance(outcome, waiting.Granted):
                 self.granter.stats.granted(reason, outcome.waited)
                 if outcome.full:  # the same again would be refused: so is what asks no less
@@ -257,7 +257,7 @@ class Waits(EngineBase):
 
     def _free(self, step: Callable[[LedgerTx], T], reason: str) -> tuple[T, bool]:
         """Run ``step`` (a rollback, a release) in a transaction of its own. On PostgreSQL, when
-        this engine knows that the partition it freed capacity in has a line, and no line of it
+        the partition it freed capacity in has a line (:meth:`_grants_in`), and no line of it
         is ``StrictFIFO``, the same transaction then grants the first request of the line if it
         now fits (:func:`waiting.grant_head`): the grant commits with the freeing, in one commit,
         and its caller here is woken at once. The line needs no pass when the transaction left
@@ -301,10 +301,16 @@ class Waits(EngineBase):
 
     def _grants_in(self, tx: LedgerTx, partition: str) -> bool:
         """Whether a freeing transaction in ``partition`` grants its line's first request
-        itself: PostgreSQL, a line known to this engine, and no ``StrictFIFO`` queue."""
-        if self.driver.backend != "postgresql" or not self.granter.knows_line(partition):
+        itself: PostgreSQL, a partition with a line, and no ``StrictFIFO`` queue. Whether it
+        has a line is what this engine saw within its poll interval, else read in ``tx`` (one
+        index lookup, which the freeing call would otherwise make after its commit)."""
+        if self.driver.backend != "postgresql":
             return False
-        return not self._strict(tx, partition)
+        has_line = self.granter.line_known(partition)
+        if has_line is None:
+            has_line = tx.has_line(partition)
+            self.granter.saw(partition, has_line)
+        return has_line and not self._strict(tx, partition)
 
     def _strict(self, tx: LedgerTx, partition: str) -> bool:
         """Whether ``partition`` has a ``StrictFIFO`` queue, by the newest rules compiled (in

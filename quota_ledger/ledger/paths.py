@@ -10,6 +10,7 @@ Two things may decide instead, for speed, and both decide as the rule would:
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
   A partition with a ``StrictFIFO`` queue is left to the rule, which reads its waiting lines;
+  a waiting request's grant in a pass is one call too (:func:`.waiting.grant_by_function`);
 - with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition
   (:func:`.reserve.decide`, which decides a request alone as a set of one), and its commits,
   whole or partial (:func:`.resolve.together`: the function that resolves a commit alone, for
@@ -26,8 +27,11 @@ from collections.abc import Mapping
 from functools import partial
 
 from quota_ledger.driver.core import DbQuotaDriver
-from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_function, resolve
+from quota_ledger.driver.tx import LedgerTx
+from quota_ledger.driver.waiting_line import Waiting
+from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_function, resolve, waiting
 from quota_ledger.ledger.compiled import CompiledRules
+from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
 from quota_ledger.model.requests import ReserveRequest
 from quota_ledger.model.values import Reservation
@@ -110,3 +114,20 @@ class Paths:
             if self.sets
             else None,
         )
+
+    def grant(self, each: Waiting) -> waiting.Granted | waiting.Over | Reservation | Refused | None:
+        """Decide the waiting request ``each`` (as a pass read it) again: by the server function
+        where it decides, else by the rule's path (:func:`.waiting.grant`) in a transaction of
+        its own. None: there is no such request, or (the function) it no longer waits;
+        :data:`.waiting.OVER`: (the function) it is over a limit, refused as the rule refuses."""
+        if self.functions:
+            granted = waiting.grant_by_function(self.driver, self.rules, each)
+            if isinstance(granted, waiting.Left):
+                return None  # (decided elsewhere: its callers hear of it from there)
+            if granted is not None:
+                return granted
+
+        def step(tx: LedgerTx) -> waiting.Granted | Reservation | Refused | None:
+            return waiting.grant(tx, self.rules, self.bounds, each.id)
+
+        return self.driver.run(step)

@@ -23,13 +23,20 @@ request of the line, decided by the same rule and written the same way, its lock
 from __future__ import annotations
 
 import dataclasses
+import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from quota_ledger.config.rules import Rules
+from quota_ledger.driver import line_notices, pg_functions
+from quota_ledger.driver.core import DbQuotaDriver
+from quota_ledger.driver.pg_cursor import Call
 from quota_ledger.driver.tx import LedgerTx, Undo
 from quota_ledger.driver.waiting_line import Entry, Waiting
-from quota_ledger.ledger import reserve
+from quota_ledger.ledger import reserve, reserve_function
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
@@ -146,7 +153,7 @@ def grant(
     entry = tx.line_entry(reservation_id)
     if entry is None or entry.ttl_ms is None:  # (the constraint of a waiting row: never)
         return None
-    outcome = _decide(tx, rules, bounds, stored, entry, now)
+    outcome = _decide(tx, rules, bounds, _stored_request(stored, entry), now)
     if isinstance(outcome, Refused):
         refused = outcome.error
         if isinstance(refused, OverQuota) and _limits(refused.violations) != _limits(entry.blocked):
@@ -180,7 +187,12 @@ def grant_head(
     stored, entry, now = head
     if entry.ttl_ms is None or _ran_out(stored.reservation, now):
         return None
-    outcome = _decide(tx, rules, bounds, stored, entry, now)
+    request = _stored_request(stored, entry)
+    if tx.has_function(pg_functions.GRANT_FUNCTION):
+        granted = function_grant(tx, rules.known(lambda read: read(tx)), request)
+        if granted is not None:  # (what the function declines, the rule decides)
+            return granted if isinstance(granted, Granted) else None
+    outcome = _decide(tx, rules, bounds, request, now)
     return outcome if isinstance(outcome, Granted) else None
 
 
@@ -189,19 +201,11 @@ def _ran_out(waiting: Reservation, now: datetime) -> bool:
     return waiting.expires_at.replace(tzinfo=None) <= now.replace(tzinfo=None)
 
 
-def _decide(
-    tx: LedgerTx,
-    rules: CompiledRules,
-    bounds: validation.Bounds,
-    stored: StoredReservation,
-    entry: Entry,
-    now: datetime,
-) -> Granted | Refused:
-    """Decide a waiting request this transaction holds, by the rule a new reserve runs: its
-    grant (notified at commit), or its refusal, which leaves the transaction as it was."""
+def _stored_request(stored: StoredReservation, entry: Entry) -> ReserveRequest:
+    """The request a waiting row holds (read with its place in line), as its grant decides it."""
     current = stored.reservation
     assert entry.ttl_ms is not None
-    request = ReserveRequest(
+    return ReserveRequest(
         reservation_id=current.id,
         partition=current.partition,
         queue=current.queue,
@@ -219,6 +223,13 @@ def _decide(
         granting=True,
         queued_at=entry.queued_at,
     )
+
+
+def _decide(
+    tx: LedgerTx, rules: CompiledRules, bounds: validation.Bounds, request: ReserveRequest, now: datetime
+) -> Granted | Refused:
+    """Decide a waiting request this transaction holds, by the rule a new reserve runs: its
+    grant (notified at commit), or its refusal, which leaves the transaction as it was."""
     # A savepoint only before a write that is not the grant's own (a first use's counter): a
     # refusal leaves the transaction as it was.
     undo = Undo(tx)
@@ -228,9 +239,107 @@ def _decide(
         undo.rollback()
         return Refused(refused)
     undo.release()
-    tx.notify_left(current.partition, current.id)
-    waited = (now.replace(tzinfo=UTC) - entry.queued_at).total_seconds()
-    return Granted(made, max(0.0, waited), full=again is False)
+    tx.notify_left(request.partition, request.reservation_id)
+    return Granted(made, _waited(request, now), full=again is False)
+
+
+def _waited(request: ReserveRequest, now: datetime) -> float:
+    """How long a granted request waited, from joining its line to its grant at ``now``."""
+    assert request.queued_at is not None
+    return max(0.0, (now.replace(tzinfo=UTC) - request.queued_at).total_seconds())
+
+
+def grant_by_function(
+    driver: DbQuotaDriver, rules: CompiledRules, each: Waiting
+) -> Granted | Left | Over | None:
+    """PostgreSQL: grant the waiting request ``each`` (as a pass read it) in one call of
+    ``quota_ledger_grant``, which decides by ``quota_ledger_reserve_many``, as a new reserve of
+    the same request is decided, and writes what :func:`grant` writes; :data:`LEFT` when it no
+    longer waits, :data:`OVER` when it is over a limit; None when it declined
+    (nothing was written: :func:`grant` decides), or when it is left to :func:`grant` without a
+    call: a partition with a ``StrictFIFO`` queue (its lines are read by the rule), a request
+    the admission rules may refuse, or a database without the function (a schema before 0019)."""
+    if each.ttl_ms is None or not driver.has_function(pg_functions.GRANT_FUNCTION):
+        return None
+    request = line_request(each)
+    call = _grant_call(rules.known(driver.run), request)
+    if call is None:
+        return None
+    return _granted(request, driver.call(call.sql, call.params))
+
+
+def function_grant(tx: LedgerTx, known: Rules, request: ReserveRequest) -> Granted | Left | Over | None:
+    """:func:`grant_by_function` for the waiting ``request`` in ``tx`` (PostgreSQL, a schema
+    with the function), under the rules ``known``."""
+    call = _grant_call(known, request)
+    return None if call is None else _granted(request, tx.grant_by_function(call.sql, call.params))
+
+
+def _grant_call(known: Rules, request: ReserveRequest) -> Call | None:
+    """The ``quota_ledger_grant`` call that grants the waiting ``request`` under the rules
+    ``known``; None when the rule decides it (see :func:`grant_by_function`)."""
+    if not request.resources or known.partition(request.partition).has_strict_lines:
+        return None
+    found = reserve_function.params(known, request)
+    if found is None:
+        return None
+    # The call's own reservation is a stand-in for the waiting row (a fresh id, no key): the
+    # function moves its charges to the waiting row and deletes it.
+    stand_in = {**found, "id": str(uuid.uuid4()), "key": None}
+    notice = line_notices.payload(request.partition, request.reservation_id)
+    params = pg_functions.reserve_many([stand_in]).params
+    return Call(pg_functions.GRANT, {**params, "grant": request.reservation_id, "notice": notice})
+
+
+class Left:
+    """What :func:`grant_by_function` answers for a request that no longer waits: another
+    transaction decided it, and its callers hear of it from that one."""
+
+
+class Over:
+    """What :func:`grant_by_function` answers for a request it found over a limit it is
+    charged to, under the configuration in force: refused, as the rule would refuse it (what
+    stopped it is not read again: a pass skips it, and what asks no less, as after a refusal)."""
+
+
+LEFT = Left()
+OVER = Over()
+
+
+def _granted(request: ReserveRequest, rows: list[Any] | None) -> Granted | Left | Over | None:
+    """What ``quota_ledger_grant`` answered with ``rows`` (None: it declined)."""
+    if not rows:
+        return None
+    found = rows[0]
+    if found.outcome == "left":
+        return LEFT
+    if found.outcome == "over":
+        return OVER
+    now: datetime = found.created_at
+    return Granted(request.pending(now), _waited(request, now), full=found.again is False)
+
+
+def line_request(each: Waiting) -> ReserveRequest:
+    """The request a waiting row holds, as a pass read it, as its grant decides it."""
+    assert each.ttl_ms is not None
+    return ReserveRequest(
+        reservation_id=each.id,
+        partition=each.partition,
+        queue=each.queue,
+        resources=dict(each.needs),
+        user=each.user,
+        groups=tuple(json.loads(each.groups)) if each.groups else (),
+        application=each.application,
+        priority_class=each.priority_class,
+        key=each.key,
+        request_hash="",
+        ttl_seconds=each.ttl_ms / 1000,
+        kube=json.loads(each.kube) if each.kube else {"usage": {}, "scopes": {}},
+        namespace=each.queue.rsplit(".", 1)[-1],
+        priority=each.priority,
+        granting=True,
+        queued_at=each.queued_at,
+    )
 
 
 def no_smaller(each: Waiting, refused: Waiting) -> bool:

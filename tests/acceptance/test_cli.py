@@ -75,7 +75,7 @@ def test_usage_prints_a_readable_table(tmp_path: Path) -> None:
 def test_database_defaults_to_a_sqlite_file_in_the_data_directory(tmp_path: Path) -> None:
     home = {"XDG_DATA_HOME": str(tmp_path / "data")}
     ledger = tmp_path / "data" / "quota-ledger" / "ledger.db"
-    assert f"schema at 0018 in {ledger}" in ok(cli("db", "upgrade", cwd=tmp_path, env=home))
+    assert f"schema at 0019 in {ledger}" in ok(cli("db", "upgrade", cwd=tmp_path, env=home))
     assert ledger.is_file()
     ok(cli("reserve", "root.a", "fpga=1", cwd=tmp_path, env=home))
     other = tmp_path / "other.db"

@@ -267,7 +267,8 @@ _TABLES = {
     "reservations": (
         'SELECT id, partition, "key", request_hash, state, queue, user_name, "groups", application,'
         " priority_class, kube, expires_at - created_at AS ttl, resolved_at IS NULL AS unresolved,"
-        " released_at IS NULL AS unreleased FROM reservations"
+        " released_at IS NULL AS unreleased, priority, queued_at IS NULL AS unqueued, ttl_ms, blocked_by"
+        " FROM reservations"
     ),
     "reservation_items": "SELECT reservation_id, resource, amount, committed FROM reservation_items",
     "quota_journal": (
@@ -354,6 +355,7 @@ def timeless(reservation: Reservation) -> Reservation:
         created_at=EPOCH,
         expires_at=EPOCH + (reservation.expires_at - reservation.created_at),
         resolved_at=None if reservation.resolved_at is None else EPOCH,
+        released_at=None if reservation.released_at is None else EPOCH,
     )
 
 

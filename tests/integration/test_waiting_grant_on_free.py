@@ -158,13 +158,13 @@ def test_a_pass_skips_what_asks_no_less_than_a_grant_that_filled_the_room(
     second = path_ledger.reserve("root.team.b", {"vcore": "5"}, wait=60, block=False)
     time.sleep(0.5)  # the pass the second one's join kicked is over
     tried: list[str] = []
-    original = waiting.grant
+    original = path_ledger.paths.grant
 
-    def spy(tx: Any, rules: Any, bounds: Any, reservation_id: str) -> Any:
-        tried.append(reservation_id)
-        return original(tx, rules, bounds, reservation_id)
+    def spy(each: Any) -> Any:  # (what a pass tries, by the function or by the rule)
+        tried.append(each.id)
+        return original(each)
 
-    monkeypatch.setattr(waiting, "grant", spy)
+    monkeypatch.setattr(path_ledger.paths, "grant", spy)
     path_ledger.rollback(holders[0].id)
     assert _eventually(path_ledger, first.id, PENDING)
     path_ledger.grant_waiting()  # one more pass, now: it tries the second, refused

@@ -27,7 +27,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db: URL) -> None:
     with QuotaEngine.from_url(empty_db) as engine:
         assert migrate.current(engine.driver.engine) is None
         engine.migrate()
-        assert migrate.current(engine.driver.engine) == "0018"
+        assert migrate.current(engine.driver.engine) == "0019"
         assert _tables(engine) >= LEDGER_TABLES
         migrate.downgrade(engine.driver.engine, "base")
         assert migrate.current(engine.driver.engine) is None
@@ -200,6 +200,6 @@ def test_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "schema at 0018" in result.stdout
+    assert "schema at 0019" in result.stdout
     assert (tmp_path / "data" / "quota-ledger" / "ledger.db").is_file()
     assert list(workdir.iterdir()) == []

@@ -340,7 +340,10 @@ _RELEASED = {
     "commit_many.sql": "bc854aa5ea8340ab",
     "enter.sql": "d2ec4eb32fe35a0f",
     "expire.sql": "742feb5578cfb733",
+    "grant.sql": "26b495c9e800eb22",
     "lineage.sql": "f094c4eda18f5b12",
+    "over.sql": "1940efa85fe34dcb",
+    "release.sql": "7add6e25c0e0a2a7",
     "reserve_many.sql": "fbc3da949854b21e",
     # frozen
     "commit_many_v1.sql": "82852b8da6d9eb78",
