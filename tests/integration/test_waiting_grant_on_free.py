@@ -193,3 +193,74 @@ def test_a_grant_that_fails_its_transaction_leaves_the_freeing_call_to_succeed_a
     assert _eventually(engine, queued.id, PENDING)
     assert engine.usage("root.team")["vcore"].reserved == 4000
     assert engine.audit() == []
+
+
+# -- a pass decides by one call on PostgreSQL ------------------------------------------------------
+def _rule_grants(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids the rule's grant (:func:`waiting.grant`) decides from now on."""
+    decided: list[str] = []
+    original = waiting.grant
+
+    def spy(tx: Any, rules: Any, bounds: Any, reservation_id: str) -> Any:
+        decided.append(reservation_id)
+        return original(tx, rules, bounds, reservation_id)
+
+    monkeypatch.setattr(waiting, "grant", spy)
+    return decided
+
+
+def test_a_pass_grants_by_the_function_without_the_rules_path(
+    engine: QuotaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capacity freed by a raised limit: the pass that follows grants the waiting request in one
+    call of the function, never by the rule's path."""
+    engine.set_limits("root.team.b", {"vcore": 4})
+    engine.reserve("root.team.b", {"vcore": "4"})
+    queued = engine.reserve("root.team.b", {"vcore": "3"}, wait=60, block=False)
+    decided = _rule_grants(monkeypatch)
+    engine.set_limits("root.team.b", {"vcore": 7})
+    assert _eventually(engine, queued.id, PENDING)
+    assert decided == []
+    assert engine.granter.stats.grants == {"limits": 1}
+    assert engine.usage("root.team.b")["vcore"].reserved == 7000
+    assert engine.audit() == []
+
+
+def test_a_pass_leaves_a_request_the_function_finds_over_a_limit_waiting(
+    engine: QuotaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit raised, but not enough: the function finds the request still over it, and the
+    pass neither grants it nor asks the rule again; nothing is written."""
+    engine.set_limits("root.team.b", {"vcore": 4})
+    engine.reserve("root.team.b", {"vcore": "4"})
+    queued = engine.reserve("root.team.b", {"vcore": "3"}, wait=60, block=False)
+    decided = _rule_grants(monkeypatch)
+    before = engine.usage("root.team.b")["vcore"]
+    assert engine.grant_waiting() == []
+    engine.set_limits("root.team.b", {"vcore": 6})
+    assert engine.grant_waiting() == []
+    assert decided == []
+    assert engine.get(queued.id).state is WAITING
+    assert engine.usage("root.team.b")["vcore"].reserved == before.reserved
+    engine.set_limits("root.team.b", {"vcore": 7})
+    assert _eventually(engine, queued.id, PENDING)  # (by the pass the raised limit kicked)
+    assert decided == []
+    assert engine.audit() == []
+
+
+def test_a_strict_line_is_granted_by_the_rules_path(
+    engine: QuotaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The function knows nothing of strict lines: a pass over a StrictFIFO partition's line
+    decides by the rule, which reads them."""
+    engine.apply_config(
+        CONFIG.replace(
+            "      resources:", "      properties: {queueing.policy: StrictFIFO}\n      resources:"
+        )
+    )
+    holder = engine.reserve("root.team.a", {"vcore": "8"})
+    queued = engine.reserve("root.team.b", {"vcore": "4"}, wait=60, block=False)
+    decided = _rule_grants(monkeypatch)
+    engine.rollback(holder.id)
+    assert _eventually(engine, queued.id, PENDING)
+    assert queued.id in decided

@@ -379,3 +379,42 @@ def test_released_function_files_are_never_edited() -> None:
     )
     unpinned = sorted(found.keys() - _RELEASED.keys())
     assert not unpinned, f"{unpinned} are installed by no released revision yet: pin them here"
+
+
+_0019 = ("quota_ledger_grant", "quota_ledger_over", "quota_ledger_release")
+
+
+@pytest.mark.parametrize("empty_db", ["postgresql"], indirect=True)
+def test_0019_adds_the_release_and_grant_functions_and_an_engine_runs_without_them(empty_db: URL) -> None:
+    """Revision 0019 adds three functions and its downgrade drops them; an engine on a database
+    at 0018 (an upgrade not run yet) rolls back, releases and grants by the rule's paths."""
+    engine = create_engine(normalize_url(empty_db))
+    try:
+        migrate.upgrade(engine, "0018")
+        with engine.connect() as conn:
+            at_0018 = ledger_functions(conn)
+        assert not set(at_0018) & set(_0019)
+        migrate.upgrade(engine, "head")
+        with engine.connect() as conn:
+            assert ledger_functions(conn) == sorted([*at_0018, *_0019])
+        migrate.downgrade(engine, "0018")
+        with engine.connect() as conn:
+            assert ledger_functions(conn) == at_0018
+        with QuotaEngine.from_url(empty_db, wait_poll_interval=30) as ledger:
+            ledger.set_limits("root.a", {"fpga": 2})
+            held = ledger.reserve("root.a", {"fpga": 2})
+            queued = ledger.reserve("root.a", {"fpga": 2}, wait=60, block=False)
+            ledger.rollback(held.id)
+            granted = ledger.wait_for(queued.id, 10)
+            assert granted.state.value == "pending"
+            ledger.commit(granted.id)
+            released = ledger.release_reservation(granted.id)
+            assert released.released_at is not None
+            assert ledger.usage("root.a")["fpga"].in_use == 0
+            assert ledger.audit() == []
+            assert ledger.driver.installed == {
+                name: False for name in ("quota_ledger_release", "quota_ledger_grant")
+            }
+        migrate.upgrade(engine, "head")
+    finally:
+        engine.dispose()
