@@ -16,7 +16,7 @@ from quota_ledger.engine import waiting as waits
 from quota_ledger.engine.base import DEFAULT_PARTITION, Operation
 from quota_ledger.engine.waiting import Waits
 from quota_ledger.kube import pods
-from quota_ledger.ledger import group_commit, reads, release, reserve, resolve
+from quota_ledger.ledger import reads, release, reserve, resolve
 from quota_ledger.ledger import waiting as waiting_line
 from quota_ledger.model import requests, validation
 from quota_ledger.model.errors import InvalidRequest, OverQuota, ReservationNotFound, ReservationStateError
@@ -386,7 +386,7 @@ class Reservations(Waits):
         """:meth:`rollback` checked but not decided yet (:meth:`decide_all`)."""
         validation.reservation_id(reservation_id)
         return Operation(
-            group_commit.Deciders(partial(resolve.rollback, rules=self.rules, reservation_id=reservation_id)),
+            self.paths.rollback(reservation_id),
             frees="rollback",
         )
 
@@ -444,14 +444,7 @@ class Reservations(Waits):
         validation.flag(finished, "finished")
         operation_id = str(uuid.uuid4())
         return self.decide(
-            Operation(
-                group_commit.Deciders(
-                    lambda tx: release.release_reservation(
-                        tx, self.rules, reservation_id, finished, operation_id
-                    )
-                ),
-                frees="release",
-            )
+            Operation(self.paths.release_reservation(reservation_id, finished, operation_id), frees="release")
         )
 
     def release_pod(

@@ -10,7 +10,10 @@ Two things may decide instead, for speed, and both decide as the rule would:
   (:mod:`quota_ledger.driver.pg_functions`; what each declines is listed in its source's
   header, and the step then decides);
   A partition with a ``StrictFIFO`` queue is left to the rule, which reads its waiting lines;
-  a waiting request's grant in a pass is one call too (:func:`.waiting.grant_by_function`);
+  a rollback or a release of a plain reservation is one call too (:mod:`.release_function`,
+  in the freeing transaction), and so is a waiting request's grant, in a pass
+  (:func:`.waiting.grant_by_function`) and in a freeing transaction (:func:`.waiting.grant_head`,
+  which calls it where the database has it);
 - with batching on MariaDB and SQLite, a set: a batch's keyless reserves of a partition
   (:func:`.reserve.decide`, which decides a request alone as a set of one), and its commits,
   whole or partial (:func:`.resolve.together`: the function that resolves a commit alone, for
@@ -29,7 +32,16 @@ from functools import partial
 from quota_ledger.driver.core import DbQuotaDriver
 from quota_ledger.driver.tx import LedgerTx
 from quota_ledger.driver.waiting_line import Waiting
-from quota_ledger.ledger import commit_function, group_commit, reserve, reserve_function, resolve, waiting
+from quota_ledger.ledger import (
+    commit_function,
+    group_commit,
+    release,
+    release_function,
+    reserve,
+    reserve_function,
+    resolve,
+    waiting,
+)
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
@@ -114,6 +126,25 @@ class Paths:
             if self.sets
             else None,
         )
+
+    def rollback(self, reservation_id: str) -> group_commit.Deciders[Reservation]:
+        module = release_function if self.functions else resolve
+        return group_commit.Deciders(
+            partial(module.rollback, rules=self.rules, reservation_id=reservation_id)
+        )
+
+    def release_reservation(
+        self, reservation_id: str, finished: bool, operation_id: str
+    ) -> group_commit.Deciders[Reservation]:
+        module = release_function if self.functions else release
+        step = partial(
+            module.release_reservation,
+            rules=self.rules,
+            reservation_id=reservation_id,
+            finished=finished,
+            operation_id=operation_id,
+        )
+        return group_commit.Deciders(step)
 
     def grant(self, each: Waiting) -> waiting.Granted | waiting.Over | Reservation | Refused | None:
         """Decide the waiting request ``each`` (as a pass read it) again: by the server function

@@ -77,18 +77,7 @@ def release_reservation(
     tx: LedgerTx, rules: CompiledRules, reservation_id: str, finished: bool, operation_id: str
 ) -> Reservation:
     """Release everything a committed reservation holds, once; a pending one is rolled back, a
-    waiting one taken out of line. On PostgreSQL a committed plain one is released by the
-    server function, as this path would release it (what it declines, this path decides)."""
-    released = tx.release_by_function(reservation_id, operation_id, committed=True)
-    if released is not None:
-        return released
-    return release_general(tx, rules, reservation_id, finished, operation_id)
-
-
-def release_general(
-    tx: LedgerTx, rules: CompiledRules, reservation_id: str, finished: bool, operation_id: str
-) -> Reservation:
-    """:func:`release_reservation` by the rule's path."""
+    waiting one taken out of line."""
     stored, now = resolve.locked(tx, reservation_id)
     current = stored.reservation
     if current.state is ReservationState.PENDING:

@@ -390,14 +390,7 @@ def raise_expired(outcome: CommitOutcome) -> Reservation:
 
 def rollback(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reservation:
     """Release a pending reservation, or take a waiting one out of line; a rolled-back or
-    expired one is returned as it is. On PostgreSQL a pending plain one is rolled back by the
-    server function, as this path would roll it back (what it declines, this path decides)."""
-    freed = tx.release_by_function(reservation_id, None, committed=False)
-    return freed if freed is not None else rollback_general(tx, rules, reservation_id)
-
-
-def rollback_general(tx: LedgerTx, rules: CompiledRules, reservation_id: str) -> Reservation:
-    """:func:`rollback` by the rule's path."""
+    expired one is returned as it is."""
     stored, now = locked(tx, reservation_id)
     current = stored.reservation
     if current.state is COMMITTED:

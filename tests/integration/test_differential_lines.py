@@ -37,7 +37,7 @@ from test_differential import (
 from quota_ledger import QuotaEngine
 from quota_ledger.driver import sql
 from quota_ledger.driver.tx import LedgerTx
-from quota_ledger.ledger import release, resolve, waiting
+from quota_ledger.ledger import release, release_function, resolve, waiting
 from quota_ledger.ledger.compiled import CompiledRules
 from quota_ledger.ledger.group_decision import Refused
 from quota_ledger.model import validation
@@ -55,12 +55,11 @@ def _free(tx: LedgerTx, rules: CompiledRules, rid: str, place: int, rollback: bo
     operation = f"op-{place}"
     try:
         if rollback:
-            step = resolve.rollback_general if alone else resolve.rollback
-            done = step(tx, rules, rid)
-        elif alone:
-            done = release.release_general(tx, rules, rid, False, operation)
+            done = (resolve if alone else release_function).rollback(tx, rules, rid)
         else:
-            done = release.release_reservation(tx, rules, rid, False, operation)
+            done = (release if alone else release_function).release_reservation(
+                tx, rules, rid, False, operation
+            )
     except QuotaLedgerError as error:
         return type(error)
     return timeless(done)
