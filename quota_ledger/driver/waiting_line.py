@@ -18,7 +18,7 @@ from sqlalchemy import insert as sa_insert
 from quota_ledger.driver import dialect, line_notices
 from quota_ledger.driver.pg_cursor import PgCursor
 from quota_ledger.driver.reservations import PG_HEADER, header_row, one_stored, read_many
-from quota_ledger.driver.schema import reservation_items, reservations
+from quota_ledger.driver.schema import quota_config_head, reservation_items, reservations
 from quota_ledger.model import line as lines
 from quota_ledger.model.values import Reservation, StoredReservation, Violation
 
@@ -117,6 +117,12 @@ _QUEUE_LINES = (
 )
 # last_queued: when the request that joined a partition's line last joined; no lock.
 _LAST_QUEUED = select(func.max(_R.queued_at)).where(*_IN_LINE)
+# clock_last_and_version: the same, with the configuration version in force; no lock.
+_CLOCK_LAST_AND_VERSION = select(
+    dialect.utcnow().label("db_now"),
+    func.max(_R.queued_at).label("last"),
+    select(quota_config_head.c.version).where(quota_config_head.c.id == 1).scalar_subquery().label("version"),
+).where(*_IN_LINE)
 # clock_and_last_queued: the database clock, and the same; no lock.
 _CLOCK_AND_LAST_QUEUED = select(dialect.utcnow().label("db_now"), func.max(_R.queued_at).label("last")).where(
     *_IN_LINE
@@ -359,6 +365,12 @@ class WaitingStatements:
         """The database clock, and :meth:`last_queued`, in one statement."""
         row = self.conn.execute(_CLOCK_AND_LAST_QUEUED, {"p": partition}).one()
         return row.db_now, None if row.last is None else dialect.aware(row.last)
+
+    def clock_last_and_version(self, partition: str) -> tuple[datetime, datetime | None, int]:
+        """:meth:`clock_and_last_queued`, and the configuration version in force, in one
+        statement."""
+        row = self.conn.execute(_CLOCK_LAST_AND_VERSION, {"p": partition}).one()
+        return row.db_now, None if row.last is None else dialect.aware(row.last), int(row.version)
 
     def notify_left(self, partition: str, reservation_id: str | None = None) -> None:
         """A request of ``partition`` (``reservation_id``, when one) left its line in this

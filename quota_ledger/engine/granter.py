@@ -17,14 +17,17 @@ callers and kicks the thread sleeps; it is started when first needed.
 On PostgreSQL a request that leaves its line notifies (``LISTEN``/``NOTIFY``, sent when the
 transaction that granted, cancelled or expired it commits): the granter listens on a connection
 of its own while it runs. A notice that names a request a caller here is blocked on wakes that
-caller, which reads its row again on its own thread; one that names no request (an expiry of
-many, or the listener starting to listen again) has the granter read every blocked caller's
-row. Each blocked caller waits on an event of its own: a grant wakes its callers only, not
-every blocked thread.
+caller, which reads its row again on its own thread, unless this engine is deciding that
+request itself (then its decision wakes the caller without a read, or, if it did not make the
+request leave, the notice is heard then); one that names no request (an expiry of many, or the
+listener starting to listen again) has the granter read every blocked caller's row. Each
+blocked caller waits on an event of its own: a grant wakes its callers only, not every blocked
+thread.
 
 Whether a partition has a line is read from the database (one index lookup) at most once per
-``interval``, by the freeing call that finds the engine's knowledge stale: a partition without
-a line costs a freeing call nothing else.
+``interval``, by the freeing call that finds the engine's knowledge stale (on PostgreSQL in its
+own transaction, which then grants): a partition without a line costs a freeing call nothing
+else.
 """
 
 from __future__ import annotations
@@ -114,6 +117,11 @@ class Granter:
         self._heard_ids: set[str] = set()
         #: blocked callers a notice named: each reads its row again itself
         self._recheck: set[str] = set()
+        #: requests this engine is deciding now (a pass, a freeing call), how many times: a
+        #: notice that names one is held until the decision is over (:meth:`decided`)
+        self._deciding: dict[str, int] = {}
+        #: the partitions of the notices held, by request
+        self._held: dict[str, str] = {}
         self.lines = lines
         self.interval = interval
         #: guards the state below; the granter's thread waits on it for work
@@ -242,6 +250,28 @@ class Granter:
         with self._cond:
             self._seen[partition] = (time.monotonic(), has_line)
 
+    def deciding(self, reservation_id: str) -> None:
+        """This engine is deciding the waiting request ``reservation_id`` (a grant it commits
+        notifies too): a notice that names it waits for :meth:`decided`."""
+        with self._cond:
+            self._deciding[reservation_id] = self._deciding.get(reservation_id, 0) + 1
+
+    def decided(self, reservation_id: str, outcome: Reservation | None) -> None:
+        """The decision :meth:`deciding` announced is over: ``outcome`` is the request as it
+        left its line by it (committed: its callers here are woken without a read), or None
+        when it did not leave by it; then a notice held for it is heard now."""
+        if outcome is not None:
+            self.delivered(outcome)
+        with self._cond:
+            left = self._deciding[reservation_id] - 1
+            if left:
+                self._deciding[reservation_id] = left
+                return
+            del self._deciding[reservation_id]
+            partition = self._held.pop(reservation_id, None)
+        if partition is not None and outcome is None:
+            self.heard(partition, reservation_id)
+
     def delivered(self, reservation: Reservation) -> None:
         """A request this engine made leave its line (a grant committed): wake its callers and
         watchers here at once, without a read."""
@@ -267,6 +297,9 @@ class Granter:
         with self._cond:
             if reservation_id is None:
                 self._heard_all = True
+            elif reservation_id in self._deciding and partition is not None:
+                self._held[reservation_id] = partition  # (its decision here delivers it)
+                return
             elif reservation_id in self._waits:
                 self._recheck.add(reservation_id)
                 self._events[reservation_id].set()

@@ -215,11 +215,15 @@ class Waits(EngineBase):
             if any(waiting.no_smaller(each, other) for other in refused):
                 continue  # it asks for no less than one refused in this pass, as the same caller
             rid = each.id
+            self.granter.deciding(rid)
+            outcome: waiting.Granted | waiting.Over | Reservation | Refused | None = None
             try:
                 outcome = self.paths.grant(each)
             except QuotaLedgerError as error:  # the next pass tries it again; the others go on
                 log.warning("waiting request %s was not tried: %s", rid, error)
                 continue
+            finally:
+                self.granter.decided(rid, _left_by(outcome))
             if isinstance(outcome, Refused | waiting.Over):
                 refused.append(each)
             if isinstance(outcome, waiting.Over):
@@ -265,6 +269,7 @@ class Waits(EngineBase):
         no request fitted in before (best effort first-in first-out grants whatever fits)."""
         granted: list[waiting.Granted] = []
         tried: list[bool] = []
+        deciding: list[str] = []  # (a request granted in an attempt: its notice waits for it)
 
         def work(tx: LedgerTx) -> tuple[T, bool]:
             granted.clear()
@@ -280,9 +285,12 @@ class Waits(EngineBase):
             if outcome is None:
                 return value, True
             granted.append(outcome)
+            self.granter.deciding(outcome.reservation.id)
+            deciding.append(outcome.reservation.id)
             # (the rules the grant decided by, or newer: a line made strict meanwhile is passed)
             return value, tx.freed() or self._strict(tx, value.partition)
 
+        committed: dict[str, Reservation] = {}
         try:
             value, passes = self.driver.run(work)
         except DatabaseUnavailable:
@@ -294,9 +302,13 @@ class Waits(EngineBase):
             # freeing alone, again (it did not commit), and a pass grants.
             log.warning("a grant in a freeing transaction failed, freeing alone: %s", error)
             return self.driver.run(step), True
-        for outcome in granted:
-            self.granter.stats.granted(reason, outcome.waited)
-            self.granter.delivered(outcome.reservation)
+        else:
+            for outcome in granted:
+                self.granter.stats.granted(reason, outcome.waited)
+                committed[outcome.reservation.id] = outcome.reservation
+        finally:
+            for rid in deciding:  # its callers woken (a grant that committed), or its notice heard
+                self.granter.decided(rid, committed.pop(rid, None))
         return value, passes
 
     def _grants_in(self, tx: LedgerTx, partition: str) -> bool:
@@ -338,3 +350,8 @@ class Waits(EngineBase):
 def _read_placed(tx: LedgerTx, reservation_id: str) -> Reservation | None:
     found = tx.find_reservation(reservation_id)
     return None if found is None else waiting.placed(tx, found.reservation)
+
+
+def _left_by(outcome: object) -> Reservation | None:
+    """The reservation a pass's decision made leave its line (a grant), if it did."""
+    return outcome.reservation if isinstance(outcome, waiting.Granted) else None

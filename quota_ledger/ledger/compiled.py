@@ -78,9 +78,10 @@ class CompiledRules:
             if index is not None and (self._index is None or index.version > self._index.version):
                 self._index = index
 
-    def in_force(self, tx: LedgerTx) -> Rules:
-        """The configuration in force, read under the caller's partition lock."""
-        version = tx.config_version()
+    def in_force(self, tx: LedgerTx, version: int | None = None) -> Rules:
+        """The configuration in force, read under the caller's partition lock (or ``version``,
+        when the caller read it in ``tx`` with another statement)."""
+        version = tx.config_version() if version is None else version
         compiled = self._compiled
         if compiled is not None and compiled.version == version:
             return compiled
@@ -121,9 +122,9 @@ class CompiledRules:
         self.remember(rules, index)
         return rules, index
 
-    def partition(self, tx: LedgerTx, partition: str) -> PartitionRules:
+    def partition(self, tx: LedgerTx, partition: str, version: int | None = None) -> PartitionRules:
         """One partition's rules in force (see :meth:`in_force`)."""
-        return self.in_force(tx).partition(partition)
+        return self.in_force(tx, version).partition(partition)
 
     def of(self, partition: str) -> Callable[[LedgerTx], PartitionRules]:
         """A step that reads ``partition``'s rules in force inside a transaction."""

@@ -92,15 +92,15 @@ def _join(
     found = reserve.made_before(tx, request)
     if found is not None:
         return found
-    strict = rules.partition(tx, request.partition).has_strict_lines
-    if behind and strict and tx.last_queued(request.partition) is None:
-        return None  # nobody waits: decided at once, without the partition's exclusive lock
-    if strict:
-        tx.lock_partition(request.partition, exclusive=True)
-    now, last = tx.clock_and_last_queued(request.partition)
-    made = request.pending(now)
+    now, last, version = tx.clock_last_and_version(request.partition)
     if behind and last is None:
-        return None
+        return None  # nobody waits: decided at once (without the partition's exclusive lock)
+    if rules.partition(tx, request.partition, version).has_strict_lines:
+        tx.lock_partition(request.partition, exclusive=True)
+        now, last = tx.clock_and_last_queued(request.partition)  # (again, under the lock)
+        if behind and last is None:
+            return None
+    made = request.pending(now)
     # Arrival order is exact where the clock is coarse (SQLite's counts milliseconds): a request
     # joins after the last one that joined, by a microsecond at least.
     arrived = made.created_at if last is None else max(made.created_at, last + timedelta(microseconds=1))

@@ -103,3 +103,37 @@ def test_a_notice_naming_a_request_wakes_its_caller_only_and_reads_its_row_only(
 def test_a_notice_payload_names_the_partition_and_the_request_that_left() -> None:
     assert line_notices.parse("default\tabc") == ("default", "abc")
     assert line_notices.parse("default") == ("default", None)
+
+
+def test_a_notice_of_a_request_this_engine_is_deciding_waits_for_its_decision() -> None:
+    ledger = _Ledger()
+    granter = Granter(ledger.passes, ledger.read, ledger.lines, interval=60)
+    woken: dict[str, Reservation | None] = {}
+    try:
+        threads = {rid: _blocked(granter, rid, woken) for rid in ("r1", "r2")}
+        _until(lambda: bool(ledger.reads) and ledger.reads[-1] == ["r1", "r2"])
+        time.sleep(0.2)
+        reads_before = len(ledger.reads)
+        # r1: this engine grants it, and its notice comes before the grant is handed over
+        granter.deciding("r1")
+        ledger.leave("r1")
+        granter.heard("default", "r1")
+        time.sleep(0.1)
+        assert threads["r1"].is_alive()  # (held: no read of its row)
+        granter.decided("r1", _reservation("r1", ReservationState.PENDING))
+        threads["r1"].join(timeout=10)
+        assert woken["r1"] is not None
+        assert woken["r1"].state is ReservationState.PENDING
+        # r2: this engine tried it and did not make it leave; another did: its notice is heard then
+        granter.deciding("r2")
+        ledger.leave("r2")
+        granter.heard("default", "r2")
+        time.sleep(0.1)
+        assert threads["r2"].is_alive()
+        granter.decided("r2", None)
+        threads["r2"].join(timeout=10)
+        assert woken["r2"] is not None
+        assert woken["r2"].state is ReservationState.PENDING
+        assert ledger.reads[reads_before:] == [["r2"]]
+    finally:
+        granter.close()
