@@ -50,7 +50,7 @@ from quota_ledger.driver.counters import HELD, CounterStatements
 from quota_ledger.driver.identity import IdentityStatements
 from quota_ledger.driver.idle import IdleStatements
 from quota_ledger.driver.journal import JournalStatements
-from quota_ledger.driver.pg_cursor import PgCursor, with_text_arrays
+from quota_ledger.driver.pg_cursor import Call, PgCursor, with_text_arrays
 from quota_ledger.driver.reservations import ReservationStatements, one_stored
 from quota_ledger.driver.schema import quota_partitions
 from quota_ledger.driver.waiting_line import WaitingStatements
@@ -171,7 +171,8 @@ class LedgerTx(
             return None
         params = {"id": reservation_id, "op": operation_id, "committed": committed}
         # (the counters it names are its lineage's: a queue's own counter limits nothing)
-        rows = self.pg.all(pg_functions.RELEASE, params)
+        # (pipelined: the transaction's BEGIN goes with it, in one round trip)
+        (rows,) = self.pg.pipelined([Call(pg_functions.RELEASE, params)])
         stored = one_stored(rows)
         if stored is None:
             return None
