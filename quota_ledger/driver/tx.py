@@ -156,8 +156,12 @@ class LedgerTx(
         self.apply_counter_deltas(usages, now)
         self.apply_identity_deltas(identity, now)
         for counter, (in_use, reserved) in deltas.items():
-            was = self.charged.get(counter, (0, 0))
-            self.charged[counter] = (was[0] + in_use, was[1] + reserved)
+            self._charged(counter, in_use, reserved)
+
+    def _charged(self, counter: charges.CounterKey, in_use: int, reserved: int) -> None:
+        """Count what this transaction added to ``counter`` (see :meth:`freed`)."""
+        was = self.charged.get(counter, (0, 0))
+        self.charged[counter] = (was[0] + in_use, was[1] + reserved)
 
     def release_by_function(
         self, reservation_id: str, operation_id: str | None, *, committed: bool
@@ -170,19 +174,20 @@ class LedgerTx(
         if self.pg is None or not self.has_function(pg_functions.RELEASE_FUNCTION):
             return None
         params = {"id": reservation_id, "op": operation_id, "committed": committed}
-        # (the counters it names are its lineage's: a queue's own counter limits nothing)
         # (pipelined: the transaction's BEGIN goes with it, in one round trip)
         (rows,) = self.pg.pipelined([Call(pg_functions.RELEASE, params)])
         stored = one_stored(rows)
         if stored is None:
             return None
+        # (the counters it names are its lineage's: a queue's own counter limits nothing)
         in_use = stored.reservation.state is ReservationState.COMMITTED
         for counter_id, given_back in zip(
             rows[0].counter_ids or (), rows[0].counter_deltas or (), strict=True
         ):
-            was = self.charged.get(("usages", counter_id), (0, 0))
-            delta = (-given_back, 0) if in_use else (0, -given_back)
-            self.charged[("usages", counter_id)] = (was[0] + delta[0], was[1] + delta[1])
+            if in_use:
+                self._charged(("usages", counter_id), -given_back, 0)
+            else:
+                self._charged(("usages", counter_id), 0, -given_back)
         return stored.reservation
 
     def grant_by_function(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
@@ -192,8 +197,7 @@ class LedgerTx(
         rows = self.pg.all(sql, with_text_arrays(params))
         if rows and rows[0].counter_ids is not None:
             for counter_id, amount in zip(rows[0].counter_ids, rows[0].counter_amounts, strict=True):
-                was = self.charged.get(("usages", counter_id), (0, 0))
-                self.charged[("usages", counter_id)] = (was[0], was[1] + amount)
+                self._charged(("usages", counter_id), 0, amount)
         return rows
 
     def has_function(self, name: str) -> bool:
